@@ -1,0 +1,32 @@
+"""mlexp: the small PyTorch library that the chapters of ML Explained import."""
+
+from __future__ import annotations
+
+import torch.nn as nn
+
+from . import transformer
+from .data import CharTokenizer, load_char_corpus
+from .seeds import manual_seed, seed_offset, shifted
+from .style import PALETTE, setup_style
+from .train import default_device, train_lm
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "transformer",
+    "CharTokenizer",
+    "load_char_corpus",
+    "manual_seed",
+    "seed_offset",
+    "shifted",
+    "PALETTE",
+    "setup_style",
+    "default_device",
+    "train_lm",
+    "count_params",
+]
+
+
+def count_params(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,144 @@
+"""``train_lm``: the short training loop every chapter uses to compare its models.
+
+One fixed recipe (AdamW, linear warm-up then cosine decay, gradient clipping), so that
+when a chapter changes one block, the block is the only thing that changed. Batches and
+evaluation windows are drawn from generators seeded through :mod:`mlexp.seeds`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .seeds import shifted
+
+__all__ = ["train_lm", "default_device"]
+
+# Seeds of the two samplers, before the run's offset is added.
+BATCH_SEED = 1337
+EVAL_SEED = 2024
+
+
+def default_device() -> torch.device:
+    """CUDA when a GPU is present, the CPU otherwise."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _windows(ids: Tensor, starts: Tensor, block_size: int) -> tuple[Tensor, Tensor]:
+    """Inputs and next-token targets for windows starting at ``starts``: two (B, block_size)."""
+    rows = ids.unfold(0, block_size + 1, 1)[starts]  # (B, block_size + 1), no copy of the corpus
+    return rows[:, :-1], rows[:, 1:]
+
+
+def _lr_at(step: int, steps: int, lr: float, warmup: int, min_ratio: float = 0.1) -> float:
+    """Linear warm-up, then cosine decay to ``min_ratio * lr`` at the last step."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train_lm(
+    model: nn.Module,
+    train_ids: Tensor,
+    val_ids: Tensor,
+    steps: int,
+    block_size: int,
+    eval_every: int = 200,
+    log: bool = True,
+    *,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    warmup: int = 40,
+    weight_decay: float = 0.1,
+    eval_batches: int = 16,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+) -> dict[str, list]:
+    """Train a language model with next-token prediction and return its loss history.
+
+    Evaluates the mean loss on fixed windows of the training and validation text at step
+    0, every ``eval_every`` steps and at the end. Returns a dict of lists: ``step``,
+    ``train``, ``val`` and ``time`` (seconds since the start). The model stays on
+    ``device`` (CUDA when available) and remembers ``block_size`` as its context length.
+    """
+    for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
+        if ids.dim() != 1 or len(ids) <= block_size:
+            raise ValueError(
+                f"{name} has {len(ids):,} tokens, too few for block_size={block_size}; "
+                "use a shorter block_size or a larger split"
+            )
+    if steps < 1 or eval_every < 1:
+        raise ValueError(f"steps={steps} and eval_every={eval_every} must both be at least 1")
+
+    device = torch.device(device) if device is not None else default_device()
+    on_cuda = device.type == "cuda"
+    model.to(device)
+    model.context_length = block_size
+    train_ids, val_ids = train_ids.to(device), val_ids.to(device)
+
+    # Decay the matrices, not the gains of the norms.
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99), fused=on_cuda or None)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if on_cuda else contextlib.nullcontext()
+
+    batch_gen = torch.Generator(device="cpu").manual_seed(shifted(BATCH_SEED))
+    eval_gen = torch.Generator(device="cpu").manual_seed(shifted(EVAL_SEED))
+    n_eval = eval_batches * batch_size
+    eval_starts = {
+        "train": torch.randint(len(train_ids) - block_size, (n_eval,), generator=eval_gen).to(device),
+        "val": torch.randint(len(val_ids) - block_size, (n_eval,), generator=eval_gen).to(device),
+    }
+    splits = {"train": train_ids, "val": val_ids}
+
+    @torch.no_grad()
+    def evaluate() -> dict[str, float]:
+        model.eval()
+        means = {}
+        for split, starts in eval_starts.items():
+            total = 0.0
+            for chunk in starts.split(batch_size):
+                x, y = _windows(splits[split], chunk, block_size)
+                with autocast:
+                    _, loss = model(x, y, include_aux=False)
+                total += loss.item() * len(chunk)
+            means[split] = total / len(starts)
+        model.train()
+        return means
+
+    history: dict[str, list] = {"step": [], "train": [], "val": [], "time": []}
+    start = time.perf_counter()
+
+    def record(step: int) -> None:
+        losses = evaluate()
+        elapsed = time.perf_counter() - start
+        for key, value in (("step", step), ("train", losses["train"]), ("val", losses["val"]), ("time", elapsed)):
+            history[key].append(value)
+        if log:
+            print(f"step {step:4d}  train {losses['train']:.3f}  val {losses['val']:.3f}  ({elapsed:.0f}s)", flush=True)
+
+    model.train()
+    record(0)
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = _lr_at(step, steps, lr, warmup)
+        starts = torch.randint(len(train_ids) - block_size, (batch_size,), generator=batch_gen).to(device)
+        x, y = _windows(train_ids, starts, block_size)
+        with autocast:
+            _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        if (step + 1) % eval_every == 0 or step + 1 == steps:
+            record(step + 1)
+    return history
