@@ -6,7 +6,8 @@ import torch.nn as nn
 
 from . import transformer
 from .data import CharTokenizer, load_char_corpus
-from .seeds import manual_seed, seed_offset, shifted
+from .pages import glue, glue_md
+from .seeds import in_seed_run, manual_seed, seed_offset, shifted
 from .style import PALETTE, setup_style
 from .train import default_device, train_lm
 
@@ -16,6 +17,9 @@ __all__ = [
     "transformer",
     "CharTokenizer",
     "load_char_corpus",
+    "glue",
+    "glue_md",
+    "in_seed_run",
     "manual_seed",
     "seed_offset",
     "shifted",

@@ -13,9 +13,10 @@ import random
 
 import torch
 
-__all__ = ["SEED_OFFSET_ENV", "seed_offset", "shifted", "manual_seed"]
+__all__ = ["SEED_OFFSET_ENV", "SEED_RUN_ENV", "seed_offset", "shifted", "manual_seed", "in_seed_run"]
 
 SEED_OFFSET_ENV = "MLEXP_SEED_OFFSET"
+SEED_RUN_ENV = "MLEXP_SEED_RUN"
 
 
 def seed_offset() -> int:
@@ -37,3 +38,12 @@ def manual_seed(seed: int) -> torch.Generator:
     actual = shifted(seed)
     random.seed(actual)
     return torch.manual_seed(actual)
+
+
+def in_seed_run() -> bool:
+    """True while :mod:`mlexp.seedruns` executes a chapter to collect its values.
+
+    A seed run gathers numbers; it does not read or judge the stored seed data, which it
+    is about to replace.
+    """
+    return os.environ.get(SEED_RUN_ENV) == "1"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from sphinx.application import Sphinx
 from sphinx.errors import SphinxWarning
+from sphinx.util.docutils import docutils_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -57,7 +58,7 @@ def notebook(markdown: str) -> str:
     """Minimal nbformat-4 notebook with one markdown cell (no kernel needed)."""
     return json.dumps(
         {
-            "cells": [{"cell_type": "markdown", "metadata": {}, "source": markdown}],
+            "cells": [{"cell_type": "markdown", "id": "c0", "metadata": {}, "source": markdown}],
             "metadata": {},
             "nbformat": 4,
             "nbformat_minor": 5,
@@ -82,18 +83,21 @@ def build(src: Path, builder: str = "html") -> tuple[Path, str]:
     """Build like ``sphinx-build -W``; return the output dir and the warning text."""
     out = src / "_build" / builder
     warnings = StringIO()
-    app = Sphinx(
-        srcdir=src,
-        confdir=src,
-        outdir=out,
-        doctreedir=src / "_build" / "doctrees",
-        buildername=builder,
-        status=None,
-        warning=warnings,
-        warningiserror=True,
-        freshenv=True,
-    )
-    app.build()
+    # docutils keeps node/role registrations global; the namespace undoes them
+    # so several in-process builds don't warn "already registered" under -W.
+    with docutils_namespace():
+        app = Sphinx(
+            srcdir=src,
+            confdir=src,
+            outdir=out,
+            doctreedir=src / "_build" / "doctrees",
+            buildername=builder,
+            status=None,
+            warning=warnings,
+            warningiserror=True,
+            freshenv=True,
+        )
+        app.build()
     return out, warnings.getvalue()
 
 

@@ -95,6 +95,7 @@ class EvidenceLinker(SphinxPostTransform):
         for node in list(self.document.findall(evidence_badge)):
             level: str = node["level"]
             if not is_html:
+                node["classes"] = []  # plain text cannot keep classes; docutils asserts that
                 node.replace_self(nodes.Text(f"[{level}]"))
                 continue
             target = anonlabels.get(label_for(level))
