@@ -1,0 +1,70 @@
+"""The chapter notebooks: the code a reader sees is the code that runs, and the launch path holds."""
+
+import ast
+import inspect
+import json
+import pathlib
+
+import pytest
+import yaml
+
+import mlexp.transformer
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "book").glob("part*/*.ipynb"))
+
+
+def code_cells(notebook: pathlib.Path) -> list[str]:
+    cells = json.loads(notebook.read_text())["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+
+def shown_definitions(notebook: pathlib.Path) -> dict[str, ast.AST]:
+    """Every top-level class and function a chapter's code cells define, by name."""
+    found = {}
+    for source in code_cells(notebook):
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                found[node.name] = node
+    return found
+
+
+def test_there_is_a_chapter():
+    assert CHAPTERS, "no chapter notebooks under book/part*/"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_code_shown_on_the_page_is_the_library_code(notebook):
+    shown = shown_definitions(notebook)
+    library = {name: getattr(mlexp.transformer, name) for name in mlexp.transformer.__all__}
+    overlap = shown.keys() & library.keys()
+    assert overlap, "the chapter shows none of mlexp.transformer's definitions"
+    for name in sorted(overlap):
+        in_library = ast.parse(inspect.getsource(library[name])).body[0]
+        assert ast.dump(shown[name]) == ast.dump(in_library), (
+            f"{notebook.name} shows a {name} that differs from mlexp/transformer.py; "
+            "regenerate the cell from the library (or change both)"
+        )
+
+
+def test_chapter_one_shows_every_building_block():
+    shown = shown_definitions(ROOT / "book/part1/chapter01.ipynb")
+    for name in ("apply_rope", "Attention", "SwiGLU", "RMSNorm", "Block", "TransformerLM", "PatchEmbed",
+                 "VisionTransformer", "WriteNothing"):
+        assert name in shown, f"Chapter 1 no longer shows {name}"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_setup_cell_installs_mlexp_from_this_repository(notebook):
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    setup = code_cells(notebook)[0]
+    assert f"git+{config['repository']['url']}" in setup, "the setup cell must install mlexp from the repository"
+    assert "parents[1]" in setup, "the setup cell must find mlexp in a checkout two folders up"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_no_stored_outputs_but_the_checked_ones(notebook):
+    """Outputs kept in the file are the ones nbval compares; everything else runs fresh at build time."""
+    for cell in json.loads(notebook.read_text())["cells"]:
+        if cell["cell_type"] == "code" and cell.get("outputs"):
+            assert "nbval-check-output" in cell["metadata"].get("tags", []), "".join(cell["source"])[:80]

@@ -1,0 +1,103 @@
+"""Seed runs: harvesting glued values, merging, spread, rankings, stale data and claims."""
+
+import json
+
+import nbformat
+import pytest
+
+from mlexp import seedruns, seedstats
+
+
+def glued_notebook(values: dict) -> nbformat.NotebookNode:
+    """An executed notebook as myst-nb leaves it: glue outputs carry a scrapbook name."""
+    prefix = "application/papermill.record/"
+    outputs = [nbformat.v4.new_output("stream", name="stdout", text="training...\n")]
+    for name, value in values.items():
+        if isinstance(value, str):
+            data = {prefix + "text/markdown": value, prefix + "text/plain": "<IPython.core.display.Markdown object>"}
+        else:
+            data = {prefix + "text/plain": repr(value)}
+        outputs.append(nbformat.v4.new_output("display_data", data=data, metadata={"scrapbook": {"name": name, "mime_prefix": prefix}}))
+    figure = nbformat.v4.new_output(
+        "display_data", data={prefix + "text/plain": "<Figure size 640x360 with 1 Axes>", prefix + "image/png": "iVBOR"},
+        metadata={"scrapbook": {"name": "loss_figure", "mime_prefix": prefix}})
+    cell = nbformat.v4.new_code_cell("glue(...)", outputs=outputs + [figure])
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title"), cell])
+
+
+def test_harvest_reads_numbers_and_markdown_and_skips_figures():
+    nb = glued_notebook({"abl_full": 1.7384, "params_lm": 803712, "device_name": "CPU (2 threads)"})
+    assert seedruns.harvest_glue(nb) == {"abl_full": 1.7384, "params_lm": 803712, "device_name": "CPU (2 threads)"}
+
+
+def test_merge_orders_offsets_and_refuses_duplicates(tmp_path):
+    for k in (2, 0, 1):
+        seedruns.write_atomic(tmp_path / f"seed-{k}.json", {"notebook": "ch.ipynb", "runs": [{"offset": k, "values": {"x": k}}]})
+    merged = seedruns.merge(sorted(tmp_path.glob("seed-*.json")))
+    assert [r["offset"] for r in merged["runs"]] == [0, 1, 2] and merged["notebook"] == "ch.ipynb"
+    with pytest.raises(ValueError, match="offset 1 appears twice"):
+        seedruns.merge([tmp_path / "seed-1.json", tmp_path / "seed-1.json"])
+
+
+def test_write_atomic_leaves_no_partial_file(tmp_path):
+    target = tmp_path / "data.json"
+    seedruns.write_atomic(target, {"runs": []})
+    with pytest.raises(TypeError):
+        seedruns.write_atomic(target, {"runs": [object()]})  # not JSON: fails half-way through
+    assert json.loads(target.read_text()) == {"runs": []}
+    assert [p.name for p in tmp_path.iterdir()] == ["data.json"]
+
+
+def test_failed_run_writes_nothing(tmp_path):
+    broken = tmp_path / "broken.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise RuntimeError('boom')")]), broken)
+    assert seedruns.main(["run", str(broken), "--offsets", "0"]) == 1
+    assert not seedruns.data_path(broken).exists()
+
+
+# A small fixture: three seeds of an ablation, losses by variant.
+RUNS = {
+    0: {"full": 1.74, "no_norm": 1.72, "no_pos": 2.07, "no_attn": 2.49, "no_res": 3.35},
+    1: {"full": 1.80, "no_norm": 1.76, "no_pos": 2.08, "no_attn": 2.49, "no_res": 3.36},
+    2: {"full": 1.76, "no_norm": 1.73, "no_pos": 2.09, "no_attn": 2.50, "no_res": 3.36},
+}
+
+
+def test_mean_and_sample_sd():
+    mean, sd = seedstats.mean_sd([RUNS[k]["full"] for k in RUNS])
+    assert mean == pytest.approx(1.7666667) and sd == pytest.approx(0.0305505, rel=1e-5)
+    assert seedstats.mean_sd([2.0]) == (2.0, 0.0)
+
+
+def test_ranking_held_and_flipped():
+    keys = ["full", "no_pos", "no_attn", "no_res"]
+    assert seedstats.ranking(RUNS[0], keys) == ["no_res", "no_attn", "no_pos", "full"]
+    assert seedstats.flipped_pairs(RUNS, keys) == []
+    flipped = {**RUNS, 3: {**RUNS[2], "no_pos": 2.60}}  # position overtakes attention in one seed
+    assert seedstats.flipped_pairs(flipped, keys) == [("no_pos", "no_attn")]
+
+
+def test_lower_in_every_run():
+    assert seedstats.lower_in_every_run(RUNS, "no_norm", "full")
+    assert not seedstats.lower_in_every_run({**RUNS, 3: {"no_norm": 1.9, "full": 1.8}}, "no_norm", "full")
+
+
+def test_stale_detection():
+    keys = ["full", "no_norm"]
+    assert seedstats.stale_keys(RUNS[0], RUNS[0], keys, tol=0.002) == []
+    assert seedstats.stale_keys({**RUNS[0], "full": 1.7405}, RUNS[0], keys, tol=0.002) == []
+    assert seedstats.stale_keys({**RUNS[0], "full": 1.75}, RUNS[0], keys, tol=0.002) == ["full"]
+    assert seedstats.stale_keys(RUNS[0], {}, keys, tol=0.002) == keys  # nothing stored for this offset
+
+
+def test_contradicted_claim_fails_and_names_itself():
+    seedstats.check_claim("removing the residual path hurts most",
+                          lambda v: seedstats.ranking(v, list(v))[0] == "no_res", RUNS)
+    with pytest.raises(seedstats.ClaimContradicted, match="'removing normalization hurts'.*\\[0, 1, 2\\]"):
+        seedstats.check_claim("removing normalization hurts", lambda v: v["no_norm"] > v["full"], RUNS)
+
+
+def test_load_seed_runs_reads_the_local_file(tmp_path, monkeypatch):
+    seedruns.write_atomic(tmp_path / "ch.seeds.json", {"runs": [{"offset": 1, "values": {"x": 2.0}}]})
+    monkeypatch.chdir(tmp_path)
+    assert seedstats.load_seed_runs("ch.seeds.json", "book/ch.seeds.json") == {1: {"x": 2.0}}
