@@ -1,0 +1,465 @@
+"""What a reader sees: the built intro and Chapter 1 pages, opened in Chromium.
+
+The source-level tests check what the book says; these check that it reaches the reader:
+tabs and dropdowns open, glued numbers show, images load and stay legible in the dark
+theme, the page fits a phone, axe-core finds no serious accessibility problem, and the
+page stays light. Run them after a build (see conftest.py for the set-up):
+
+    MLEXP_SITE=_build/html python -m pytest tests/browser -q
+
+Screenshots and page-weight.txt land in tests/browser/artifacts/ ($MLEXP_ARTIFACTS).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+CHAPTER = "part1/chapter01.html"
+INTRO = "intro.html"
+CHAPTER_SOURCE = ROOT / "book" / "part1" / "chapter01.ipynb"
+
+TABS = ["1 · Into vectors", "2 · One block", "3 · Two ends"]
+DROPDOWNS = ["Show what happened", "Answer", "Answer", "Answer"]
+EVIDENCE_LEVELS = ["established", "likely", "speculative"]
+
+# A glued result as the chapter formats it: 3.988, 3.2858, 803,712.
+GLUED_NUMBER = re.compile(r"\d\.\d{3,4}|\d{3},\d{3}")
+# What a glued value looks like when it did not resolve.
+UNRESOLVED = ["??", "No key", "{glue", "glue:text", "glue:md"]
+# Elements allowed to be wider than a phone screen: they scroll inside themselves.
+SCROLLS_ITSELF = "pre, .highlight, table, .table-wrapper, .pst-scrollable-table-container, .cell_output, .output, .MathJax, mjx-container"
+PAGE_WEIGHT_LIMIT = 3_000_000  # bytes
+WCAG_AA_TEXT = 4.5
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def open_page(page, path):
+    """Go to a page and wait until a reader would see it finished: load, fonts, MathJax."""
+    page.goto(path, wait_until="load")
+    page.evaluate(
+        """async () => {
+            await document.fonts.ready;
+            if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+        }"""
+    )
+
+
+def switch_to_dark(page):
+    """Click the header's theme button (light -> dark -> auto) until the dark theme is on."""
+    button = page.locator("button.theme-switch-button").first
+    for _ in range(3):
+        if page.locator('html[data-theme="dark"]').count():
+            break
+        button.click()
+    assert page.locator('html[data-theme="dark"]').count(), "the theme button never turned on the dark theme"
+
+
+def tab_label(page, title):
+    return page.locator(".sd-tab-set label.sd-tab-label", has_text=title)
+
+
+def tab_panel(page, title):
+    """The panel a tab label controls (sphinx-design links them with aria-controls)."""
+    panel_id = tab_label(page, title).get_attribute("aria-controls")
+    return page.locator(f"#{panel_id}")
+
+
+def glue_roles_per_tab() -> dict[str, int]:
+    """How many {glue:text} values each tab's source holds, so a lost one is noticed."""
+    cells = json.loads(CHAPTER_SOURCE.read_text(encoding="utf-8"))["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    counts = {}
+    for title in TABS:
+        start = text.index(f"{{tab-item}} {title}")
+        end = text.find("{tab-item}", start + 1)
+        end = text.find("::::", start) if end == -1 else end
+        counts[title] = text[start:end].count("{glue:text}")
+    return counts
+
+
+def load_all_images(page) -> list[dict]:
+    """Scroll every <img> into view (they may lazy-load), wait for it, report what loaded."""
+    return page.evaluate(
+        """async () => {
+            const imgs = [...document.images];
+            for (const img of imgs) {
+                img.scrollIntoView({block: 'center'});
+                await new Promise(r => requestAnimationFrame(r));
+            }
+            await Promise.all(imgs.map(img => img.complete ? null : new Promise(r => {
+                img.addEventListener('load', r, {once: true});
+                img.addEventListener('error', r, {once: true});
+                setTimeout(r, 5000);
+            })));
+            window.scrollTo(0, 0);
+            return imgs.map(img => ({
+                src: img.getAttribute('src'), alt: img.getAttribute('alt'),
+                naturalWidth: img.naturalWidth, complete: img.complete,
+            }));
+        }"""
+    )
+
+
+# In-page colour maths. A canvas turns any CSS colour (rgb, hex, oklch, color(...)) into RGBA.
+COLOUR_JS = """
+const _ctx = document.createElement('canvas').getContext('2d', {willReadFrequently: true});
+function rgba(css) {
+    _ctx.clearRect(0, 0, 1, 1);
+    _ctx.fillStyle = 'rgba(0,0,0,0)';
+    _ctx.fillStyle = css;
+    _ctx.fillRect(0, 0, 1, 1);
+    const d = _ctx.getImageData(0, 0, 1, 1).data;
+    return [d[0], d[1], d[2], d[3] / 255];
+}
+function over(top, bottom) {          // alpha-composite top onto an opaque bottom
+    const a = top[3];
+    return [0, 1, 2].map(i => top[i] * a + bottom[i] * (1 - a)).concat(1);
+}
+function luminance(c) {               // WCAG relative luminance
+    const lin = c.slice(0, 3).map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
+}
+function contrast(a, b) {
+    const [hi, lo] = [luminance(a), luminance(b)].sort((x, y) => y - x);
+    return (hi + 0.05) / (lo + 0.05);
+}
+function backgroundBehind(el) {       // walk up until the layers add up to an opaque colour
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+        const c = rgba(getComputedStyle(e).backgroundColor);
+        if (c[3] > 0) layers.push(c);
+        if (c[3] >= 1) break;
+    }
+    let result = [255, 255, 255, 1];  // the canvas behind <html> is white
+    for (const layer of layers.reverse()) result = over(layer, result);
+    return result;
+}
+function describe(el) {
+    const id = el.id ? '#' + el.id : '';
+    const cls = el.classList.length ? '.' + [...el.classList].slice(0, 2).join('.') : '';
+    return el.tagName.toLowerCase() + id + cls;
+}
+"""
+
+
+def with_colour_helpers(body: str) -> str:
+    """A page function whose body can use rgba(), luminance(), contrast(), backgroundBehind()."""
+    return "() => {" + COLOUR_JS + body + "}"
+
+
+def run_axe(page, axe_source, selector="document") -> list[dict]:
+    """Inject axe-core into the page and return its violations, trimmed for a readable report."""
+    if not page.evaluate("() => typeof window.axe !== 'undefined'"):
+        page.add_script_tag(content=axe_source)
+    return page.evaluate(
+        """async (selector) => {
+            const context = selector === 'document' ? document : document.querySelector(selector);
+            const result = await axe.run(context, {resultTypes: ['violations']});
+            return result.violations.map(v => ({
+                id: v.id, impact: v.impact, help: v.help, helpUrl: v.helpUrl, count: v.nodes.length,
+                targets: v.nodes.slice(0, 4).map(n => n.target.join(' ')),
+                html: v.nodes.slice(0, 2).map(n => n.html.slice(0, 200)),
+                summary: (v.nodes[0] && v.nodes[0].failureSummary || '').slice(0, 300),
+            }));
+        }""",
+        selector,
+    )
+
+
+def format_violations(violations) -> str:
+    return "\n".join(
+        f"- {v['id']} ({v['impact']}, {v['count']} nodes): {v['help']} <{v['helpUrl']}>\n"
+        f"    targets: {v['targets']}\n    html: {v['html']}\n    {v['summary']}"
+        for v in violations
+    )
+
+
+def save_shot(target, artifacts, name, **options):
+    """Screenshot a page or an element into the artifact folder."""
+    target.screenshot(path=str(artifacts / name), animations="disabled", **options)
+
+
+# ---------------------------------------------------------------- 1. tabs
+
+
+def test_each_tab_shows_its_panel_with_glued_numbers(page, artifacts):
+    """The three tabs under Figure 1.1 are how a reader reaches the per-part explanations;
+    each must switch, show only its own panel, and carry its measured numbers."""
+    open_page(page, CHAPTER)
+    expected_glue = glue_roles_per_tab()
+    for title in TABS:
+        tab_label(page, title).click()
+        panel = tab_panel(page, title)
+        assert panel.is_visible(), f"tab {title!r}: its panel stays hidden after a click"
+        for other in TABS:
+            if other != title:
+                assert not tab_panel(page, other).is_visible(), f"tab {title!r}: panel of {other!r} still shows"
+
+        text = panel.inner_text()
+        assert GLUED_NUMBER.search(text), f"tab {title!r}: no glued number in the visible text:\n{text}"
+        for marker in UNRESOLVED:
+            assert marker not in text, f"tab {title!r}: unresolved glue ({marker!r}) in:\n{text}"
+        assert panel.locator(".problematic, .system-message").count() == 0, f"tab {title!r}: a build error is rendered"
+        values = panel.locator(".pasted-text").all_inner_texts()
+        assert len(values) == expected_glue[title], (
+            f"tab {title!r}: {len(values)} glued values shown, the source has {expected_glue[title]}: {values}"
+        )
+        for value in values:
+            assert re.fullmatch(r"-?[\d,]+(\.\d+)?%?", value.strip()), f"tab {title!r}: glued value {value!r} is no number"
+
+        image = panel.locator("img").first
+        assert image.is_visible(), f"tab {title!r}: its figure is not visible"
+        assert image.evaluate("img => img.complete && img.naturalWidth > 0"), f"tab {title!r}: its figure did not load"
+        save_shot(page.locator(".sd-tab-set").first, artifacts, f"tab-{TABS.index(title) + 1}.png")
+
+
+def test_every_glued_value_reaches_the_page(page):
+    """A glue key missing at build time renders as nothing at all (an empty paragraph or a
+    silently shorter sentence); count the {glue:text} roles against the rendered values."""
+    open_page(page, CHAPTER)
+    cells = json.loads(CHAPTER_SOURCE.read_text(encoding="utf-8"))["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    shown = page.locator("article .pasted-text").all_text_contents()
+    empty_values = [i for i, v in enumerate(shown) if not v.strip()]
+    empty_paragraphs = page.evaluate(
+        """() => [...document.querySelectorAll('article p')]
+                .filter(p => !p.textContent.trim() && !p.querySelector('img, svg, math, mjx-container'))
+                .map(p => (p.closest('section[id]') || {}).id || '?')"""
+    )
+    assert len(shown) == source.count("{glue:text}"), f"{source.count('{glue:text}')} glue:text roles, {len(shown)} rendered"
+    assert not empty_values, f"empty glued values at positions {empty_values}"
+    assert not empty_paragraphs, f"empty paragraphs (a glue:md key that did not resolve?) in sections {empty_paragraphs}"
+
+
+# ---------------------------------------------------------------- 2. dropdowns
+
+
+def test_dropdowns_open_on_click(page):
+    """'Show what happened' and the three answers must start closed (no spoilers) and open."""
+    open_page(page, CHAPTER)
+    dropdowns = page.locator("article details.sd-dropdown")
+    titles = [t.strip() for t in dropdowns.locator("summary").all_inner_texts()]
+    assert sorted(titles) == sorted(DROPDOWNS), f"dropdowns on the page: {titles}"
+    for i in range(dropdowns.count()):
+        details = dropdowns.nth(i)
+        content = details.locator(".sd-summary-content")
+        assert not details.evaluate("d => d.open"), f"dropdown {i} ({titles[i]!r}) starts open"
+        assert not content.is_visible(), f"dropdown {i} ({titles[i]!r}) shows its content while closed"
+        details.locator("summary").click()
+        assert details.evaluate("d => d.open"), f"dropdown {i} ({titles[i]!r}) did not open on click"
+        assert content.is_visible(), f"dropdown {i} ({titles[i]!r}) opened but its content is hidden"
+        assert content.inner_text().strip(), f"dropdown {i} ({titles[i]!r}) is empty"
+
+
+# ---------------------------------------------------------------- 3. images, requests, console
+
+
+@pytest.mark.parametrize("path", [INTRO, CHAPTER])
+def test_page_loads_cleanly(page, page_log, artifacts, path):
+    """Every image loads and has alt text; no request fails; the console stays free of errors."""
+    open_page(page, path)
+    images = load_all_images(page)
+    page.wait_for_load_state("networkidle")
+    if path == CHAPTER:
+        save_shot(page, artifacts, "chapter-light-full.png", full_page=True)
+
+    broken = [img["src"] for img in images if not img["naturalWidth"]]
+    no_alt = [img["src"] for img in images if not (img["alt"] or "").strip()]
+    problems = []
+    if broken:
+        problems.append(f"images that did not load: {broken}")
+    if no_alt:
+        problems.append(f"images without alt text: {no_alt}")
+    if page_log.failed_requests:
+        problems.append(f"failed requests: {page_log.failed_requests}")
+    if page_log.blocked_external:
+        problems.append(f"off-site requests (not mirrored, see conftest.CDN_MIRROR): {page_log.blocked_external}")
+    if page_log.console_errors:
+        problems.append(f"console errors: {page_log.console_errors}")
+    if page_log.page_errors:
+        problems.append(f"uncaught page errors: {page_log.page_errors}")
+    assert not problems, f"{path}:\n" + "\n".join(problems)
+    assert images, f"{path}: no images at all?"
+
+
+def test_output_images_have_descriptive_alt(page):
+    """myst-nb falls back to the image's file path as alt text for plots a cell draws; a
+    screen reader then reads out a hash. Set the text in the cell's metadata instead:
+    {"mystnb": {"image": {"alt": "..."}}}."""
+    open_page(page, CHAPTER)
+    images = page.evaluate("() => [...document.images].map(i => ({src: i.getAttribute('src'), alt: i.getAttribute('alt') || ''}))")
+    path_as_alt = [img["src"] for img in images if img["alt"].strip() == img["src"] or img["alt"].endswith((".svg", ".png"))]
+    assert not path_as_alt, f"images whose alt text is just their file path: {path_as_alt}"
+
+
+# ---------------------------------------------------------------- 4. evidence badges
+
+
+def test_evidence_badges_explain_and_link_to_the_legend(page, context):
+    """Badges rate how well each claim is supported; a reader must see them, get the meaning
+    on hover, and land on the matching legend entry on click."""
+    open_page(page, CHAPTER)
+    badges = page.locator("a.evidence-badge")
+    assert badges.count(), "no evidence badges on the chapter page"
+    for badge in badges.all():
+        assert (badge.get_attribute("title") or "").strip(), f"badge {badge.inner_text()!r} has no tooltip"
+    for level in EVIDENCE_LEVELS:
+        visible = [b for b in page.locator(f"a.evidence-badge.evidence-{level}").all() if b.is_visible()]
+        assert visible, f"no visible {level!r} badge on the chapter page"
+
+    for level in EVIDENCE_LEVELS:
+        open_page(page, CHAPTER)
+        badge = next(b for b in page.locator(f"a.evidence-badge.evidence-{level}").all() if b.is_visible())
+        badge.click()
+        page.wait_for_url(f"**/evidence.html#evidence-{level}")
+        anchor = page.locator(f"#evidence-{level}")
+        assert anchor.count() == 1, f"legend page has no #evidence-{level}"
+        # The anchor is an empty <span> before the entry's heading; the heading must be on screen.
+        on_screen = anchor.evaluate(
+            """el => { const entry = el.nextElementSibling || el;
+                       const r = entry.getBoundingClientRect();
+                       return r.height > 0 && r.top >= 0 && r.top < innerHeight; }"""
+        )
+        assert on_screen, f"after the click, the legend entry for {level!r} is not on screen"
+
+
+# ---------------------------------------------------------------- 5. dark theme
+
+
+def test_dark_theme_keeps_figures_and_text_legible(page, artifacts):
+    """Figures are drawn for white paper, so in the dark theme they need a light backing;
+    body text must keep WCAG AA contrast (4.5:1) against whatever it sits on."""
+    open_page(page, CHAPTER)
+    switch_to_dark(page)
+    load_all_images(page)
+    save_shot(page, artifacts, "chapter-dark-full.png", full_page=True)
+
+    figures = page.evaluate(with_colour_helpers("""
+        return [...document.querySelectorAll('article img')].filter(img => img.getClientRects().length).map(img => {
+            const own = rgba(getComputedStyle(img).backgroundColor);
+            const wrapper = img.closest('figure, .cell_output, .output, .sd-tab-content');
+            const bg = own[3] >= 1 ? own : backgroundBehind(wrapper || img);
+            return {src: img.getAttribute('src'), luminance: luminance(bg), bg: bg.slice(0, 3)};
+        });"""))
+    assert figures, "no visible figures in the dark theme"
+    dim = [f for f in figures if f["luminance"] <= 0.8]
+    assert not dim, f"figures on a dark backing in the dark theme (luminance <= 0.8): {dim}"
+
+    paragraphs = page.evaluate(with_colour_helpers("""
+        return [...document.querySelectorAll('article p')]
+            .filter(p => p.getClientRects().length && p.textContent.trim())
+            .map(p => {
+                const ratio = contrast(rgba(getComputedStyle(p).color), backgroundBehind(p));
+                return {where: describe(p.parentElement) + ' > p', text: p.textContent.trim().slice(0, 50),
+                        ratio: Math.round(ratio * 100) / 100};
+            });"""))
+    assert len(paragraphs) > 20, f"only {len(paragraphs)} paragraphs measured"
+    low = sorted((p for p in paragraphs if p["ratio"] < WCAG_AA_TEXT), key=lambda p: p["ratio"])
+    assert not low, f"paragraphs under {WCAG_AA_TEXT}:1 contrast in the dark theme: {low[:5]}"
+
+
+# ---------------------------------------------------------------- 6. phone
+
+
+def test_phone_layout_fits_and_tabs_switch(phone_page, artifacts):
+    """On a 390 px phone the page must not scroll sideways; only code, tables, outputs and
+    maths may be wider than the screen, since they scroll inside themselves."""
+    page = phone_page
+    open_page(page, CHAPTER)
+    load_all_images(page)
+    save_shot(page, artifacts, "chapter-phone.png", full_page=True)
+
+    widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= widths[1] + 1, f"the page scrolls sideways on a phone: scrollWidth {widths[0]} > {widths[1]}"
+    too_wide = page.evaluate(with_colour_helpers("""
+        const allowed = ALLOWED;
+        const out = [];
+        for (const el of document.querySelectorAll('.bd-header *, .bd-main *')) {
+            if (el.closest(allowed)) continue;
+            const r = el.getBoundingClientRect();
+            if (!r.width || !r.height || getComputedStyle(el).visibility === 'hidden') continue;
+            if (r.right > innerWidth + 1 || r.left < -1) out.push({el: describe(el), left: Math.round(r.left), right: Math.round(r.right)});
+        }
+        return out.slice(0, 10);""".replace("ALLOWED", json.dumps(SCROLLS_ITSELF))))
+    assert not too_wide, f"elements wider than the {390} px screen: {too_wide}"
+
+    for title in TABS:
+        tab_label(page, title).tap()
+        assert tab_panel(page, title).is_visible(), f"on a phone, tapping {title!r} does not show its panel"
+
+
+# ---------------------------------------------------------------- 7. accessibility
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("path", [INTRO, CHAPTER])
+def test_axe_finds_no_serious_violations(page, axe_source, artifacts, path, theme):
+    """axe-core's automated WCAG checks, with the chapter's dropdowns open and each tab shown,
+    so the hidden content is audited too. Every finding is saved; serious/critical fail."""
+    open_page(page, path)
+    if theme == "dark":
+        switch_to_dark(page)
+    page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+    violations = run_axe(page, axe_source)
+    if path == CHAPTER:
+        for title in TABS[1:]:
+            tab_label(page, title).click()
+            violations += [dict(v, id=f"{v['id']}", tab=title) for v in run_axe(page, axe_source, ".sd-tab-set")]
+    name = f"axe-{path.replace('/', '-').removesuffix('.html')}-{theme}.json"
+    (artifacts / name).write_text(json.dumps(violations, indent=2), encoding="utf-8")
+    serious = [v for v in violations if v["impact"] in ("serious", "critical")]
+    assert not serious, f"axe on {path} ({theme} theme):\n{format_violations(serious)}"
+
+
+# ---------------------------------------------------------------- 8. page weight
+
+
+def test_page_weight(page, artifacts, record_property):
+    """Everything a first visit downloads (HTML, CSS, JS, fonts, figures, MathJax) stays
+    under 3 MB. Counted as served here, uncompressed; the gzip figure estimates the wire."""
+    responses = []
+    page.on("response", lambda response: responses.append(response))
+    open_page(page, CHAPTER)
+    load_all_images(page)
+    page.wait_for_load_state("networkidle")
+
+    assets = []
+    for response in responses:
+        try:
+            body = response.body()
+        except Exception:  # redirects and aborted requests have no body
+            continue
+        assets.append((response.url, len(body), len(gzip.compress(body, 6))))
+    total = sum(size for _, size, _ in assets)
+    total_gzip = sum(size for _, _, size in assets)
+    timings = page.evaluate(
+        """() => performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'))
+                .map(e => [e.name, e.duration])"""
+    )
+    slowest_name, slowest_ms = max(timings, key=lambda t: t[1])
+    biggest = sorted(assets, key=lambda a: -a[1])[:8]
+
+    record_property("page_weight_bytes", total)
+    record_property("page_weight_gzip_bytes", total_gzip)
+    record_property("slowest_asset", f"{slowest_name} {slowest_ms:.0f} ms")
+    lines = [
+        f"page: {CHAPTER}",
+        f"requests: {len(assets)}",
+        f"total bytes (uncompressed, as served): {total}",
+        f"total bytes if gzip-compressed (estimate of the wire): {total_gzip}",
+        f"slowest asset: {slowest_name} ({slowest_ms:.0f} ms)",
+        "largest assets:",
+        *(f"  {size:>9}  gzip {gz:>8}  {url}" for url, size, gz in biggest),
+    ]
+    (artifacts / "page-weight.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    assert total < PAGE_WEIGHT_LIMIT, "\n".join(lines)
