@@ -35,7 +35,10 @@ GLUED_NUMBER = re.compile(r"\d\.\d{3,4}|\d{3},\d{3}")
 # What a glued value looks like when it did not resolve.
 UNRESOLVED = ["??", "No key", "{glue", "glue:text", "glue:md"]
 # Elements allowed to be wider than a phone screen: they scroll inside themselves.
-SCROLLS_ITSELF = "pre, .highlight, table, .table-wrapper, .pst-scrollable-table-container, .cell_output, .output, .MathJax, mjx-container"
+SCROLLS_ITSELF = ", ".join([
+    "pre", ".highlight", "table", ".table-wrapper", ".pst-scrollable-table-container",
+    ".cell_output", ".output", ".MathJax", "mjx-container",
+])
 PAGE_WEIGHT_LIMIT = 3_000_000  # bytes on the wire (gzip), see test_page_weight
 WCAG_AA_TEXT = 4.5
 
@@ -226,7 +229,7 @@ def test_each_tab_shows_its_panel_with_glued_numbers(page, artifacts):
             f"tab {title!r}: {len(values)} glued values shown, the source has {expected_glue[title]}: {values}"
         )
         for value in values:
-            assert re.fullmatch(r"-?[\d,]+(\.\d+)?%?", value.strip()), f"tab {title!r}: glued value {value!r} is no number"
+            assert re.fullmatch(r"-?[\d,]+(\.\d+)?%?", value.strip()), f"tab {title!r}: glued {value!r} is no number"
 
         image = panel.locator("img").first
         assert image.is_visible(), f"tab {title!r}: its figure is not visible"
@@ -248,7 +251,7 @@ def test_no_empty_glued_values_or_paragraphs(page):
                 .map(p => (p.closest('section[id]') || {}).id || '?')"""
     )
     assert not empty_values, f"empty glued values in sections {empty_values}"
-    assert not empty_paragraphs, f"empty paragraphs (a {{glue:md}} key that did not resolve?) in sections {empty_paragraphs}"
+    assert not empty_paragraphs, f"empty paragraphs (an unresolved {{glue:md}}?) in sections {empty_paragraphs}"
 
 
 # ---------------------------------------------------------------- header card
@@ -327,8 +330,8 @@ def test_output_images_have_descriptive_alt(page):
     screen reader then reads out a hash. Set the text in the cell's metadata instead:
     {"mystnb": {"image": {"alt": "..."}}}."""
     open_page(page, CHAPTER)
-    images = page.evaluate("() => [...document.images].map(i => ({src: i.getAttribute('src'), alt: i.getAttribute('alt') || ''}))")
-    path_as_alt = [img["src"] for img in images if img["alt"].strip() == img["src"] or img["alt"].endswith((".svg", ".png"))]
+    images = page.evaluate("() => [...document.images].map(i => [i.getAttribute('src'), i.getAttribute('alt') || ''])")
+    path_as_alt = [src for src, alt in images if alt.strip() == src or alt.endswith((".svg", ".png"))]
     assert not path_as_alt, f"images whose alt text is just their file path: {path_as_alt}"
 
 
@@ -420,7 +423,8 @@ def test_phone_layout_fits_and_tabs_switch(phone_page, artifacts):
             if (el.closest(allowed)) continue;
             const r = el.getBoundingClientRect();
             if (!r.width || !r.height || getComputedStyle(el).visibility === 'hidden') continue;
-            if (r.right > innerWidth + 1 || r.left < -1) out.push({el: describe(el), left: Math.round(r.left), right: Math.round(r.right)});
+            if (r.right > innerWidth + 1 || r.left < -1)
+                out.push({el: describe(el), left: Math.round(r.left), right: Math.round(r.right)});
         }
         return out.slice(0, 10);""".replace("ALLOWED", json.dumps(SCROLLS_ITSELF))))
     assert not too_wide, f"elements wider than the {widths[1]} px screen: {too_wide}"
