@@ -1,0 +1,34 @@
+"""Small repairs to the HTML that the theme and Sphinx produce, found by the browser tests.
+
+- Sphinx 7.4 emits an inline script twice when an extension adds it after setup
+  (fixed upstream in sphinx-doc/sphinx#13402, which Jupyter Book 1 cannot use yet); the
+  second copy throws "Identifier ... has already been declared" in the console.
+- docutils marks bibliography entries with the deprecated ARIA role ``doc-biblioentry``
+  inside a ``role="list"``, which screen readers (and axe) reject; they are list items.
+"""
+
+from __future__ import annotations
+
+from sphinx.application import Sphinx
+
+
+def _unique_scripts(scripts: list) -> list:
+    seen, unique = set(), []
+    for script in scripts:
+        key = (str(script), tuple(sorted((k, str(v)) for k, v in getattr(script, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    return unique
+
+
+def repair_page(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    if "script_files" in context:
+        context["script_files"] = _unique_scripts(context["script_files"])
+    if "body" in context:
+        context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("html-page-context", repair_page)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
