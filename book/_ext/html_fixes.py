@@ -15,7 +15,10 @@ from sphinx.application import Sphinx
 def _unique_scripts(scripts: list) -> list:
     seen, unique = set(), []
     for script in scripts:
-        key = (str(script), tuple(sorted((k, str(v)) for k, v in getattr(script, "attributes", {}).items())))
+        # The copies differ only in how "no file" is spelled (None or ""), so compare what the
+        # page would contain: the file name, if any, and the attributes (an inline body).
+        key = (str(getattr(script, "filename", script) or ""),
+               tuple(sorted((k, str(v)) for k, v in getattr(script, "attributes", {}).items())))
         if key not in seen:
             seen.add(key)
             unique.append(script)
@@ -30,5 +33,5 @@ def repair_page(app: Sphinx, pagename: str, templatename: str, context: dict, do
 
 
 def setup(app: Sphinx) -> dict:
-    app.connect("html-page-context", repair_page)
+    app.connect("html-page-context", repair_page, priority=900)  # after every other handler
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
