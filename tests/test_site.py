@@ -51,7 +51,7 @@ def test_every_glued_value_resolved(chapter):
     assert "??" not in text and "{glue" not in text
     assert not chapter.select(".problematic, .system-message")
     card = chapter.select_one(".header-card").get_text(" ", strip=True)
-    assert re.search(r"Hands-on \d+ min on (CPU|.*GPU|NVIDIA)", card), card
+    assert re.search(r"Hands-on \d+ min, measured on (CPU|.*GPU|NVIDIA)", card), card
 
 
 def test_three_tabs_with_their_numbers(chapter):
