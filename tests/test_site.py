@@ -3,6 +3,7 @@
 Reads the HTML that the README's build command writes to _build/html (or $MLEXP_SITE).
 """
 
+import json
 import os
 import pathlib
 import re
@@ -41,8 +42,6 @@ def article_text(page: BeautifulSoup) -> str:
 
 def test_every_glued_value_resolved(chapter):
     """Each {glue:text} of the notebook's prose became a non-empty pasted value on the page."""
-    import json
-
     cells = json.loads((ROOT / "book" / f"{CHAPTER}.ipynb").read_text())["cells"]
     prose = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     pasted = [span.get_text(strip=True) for span in chapter.select("article span.pasted-text")]
