@@ -8,6 +8,7 @@ from . import transformer
 from .data import CharTokenizer, load_char_corpus
 from .pages import glue, glue_md
 from .seeds import in_seed_run, manual_seed, seed_offset, shifted
+from .side_by_side import train_side_by_side
 from .style import PALETTE, setup_style
 from .train import default_device, train_lm
 
@@ -27,6 +28,7 @@ __all__ = [
     "setup_style",
     "default_device",
     "train_lm",
+    "train_side_by_side",
     "count_params",
 ]
 

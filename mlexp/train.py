@@ -64,7 +64,8 @@ def train_lm(
 
     Evaluates the mean loss on fixed windows of the training and validation text at step
     0, every ``eval_every`` steps and at the end. Returns a dict of lists: ``step``,
-    ``train``, ``val`` and ``time`` (seconds since the start). The model stays on
+    ``train``, ``val``, ``time`` (seconds since the start) and ``eval_time`` (seconds that
+    evaluation took), one entry per evaluation. The model stays on
     ``device`` (CUDA when available) and remembers ``block_size`` as its context length.
     """
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
@@ -115,13 +116,16 @@ def train_lm(
         model.train()
         return means
 
-    history: dict[str, list] = {"step": [], "train": [], "val": [], "time": []}
+    history: dict[str, list] = {"step": [], "train": [], "val": [], "time": [], "eval_time": []}
     start = time.perf_counter()
 
     def record(step: int) -> None:
+        eval_start = time.perf_counter()
         losses = evaluate()
-        elapsed = time.perf_counter() - start
-        for key, value in (("step", step), ("train", losses["train"]), ("val", losses["val"]), ("time", elapsed)):
+        now = time.perf_counter()
+        elapsed = now - start
+        for key, value in (("step", step), ("train", losses["train"]), ("val", losses["val"]), ("time", elapsed),
+                           ("eval_time", now - eval_start)):
             history[key].append(value)
         if log:
             print(f"step {step:4d}  train {losses['train']:.3f}  val {losses['val']:.3f}  ({elapsed:.0f}s)", flush=True)

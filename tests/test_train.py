@@ -20,7 +20,8 @@ def short_run(corpus, steps=30, **kwargs):
 def test_history_and_loss_goes_down(corpus):
     model, history = short_run(corpus)
     assert history["step"] == [0, 10, 20, 30]
-    assert set(history) >= {"step", "train", "val", "time"}
+    assert set(history) >= {"step", "train", "val", "time", "eval_time"}
+    assert all(0 < e < t for e, t in zip(history["eval_time"][1:], history["time"][1:]))
     assert history["val"][-1] < history["val"][0] - 0.5
     assert model.context_length == 32
 
@@ -64,3 +65,74 @@ def test_block_size_longer_than_validation_split(corpus):
     model = TransformerLM(tok.vocab_size, dim=32, n_layers=1, n_heads=4)
     with pytest.raises(ValueError, match="val_ids has 50 tokens"):
         mlexp.train_lm(model, train_ids, train_ids[:50], steps=1, block_size=64)
+
+
+def test_side_by_side_matches_one_after_another(corpus):
+    """Workers give each model the numbers it gets alone with the same threads, and its weights."""
+    from mlexp.side_by_side import plan_workers
+
+    tok, train_ids, val_ids = corpus
+
+    def build(rope):
+        mlexp.manual_seed(0)
+        return TransformerLM(tok.vocab_size, dim=32, n_layers=1, n_heads=4, rope=rope)
+
+    kwargs = dict(steps=10, block_size=16, eval_every=5, log=False, eval_batches=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        models = {"rope": build(True), "no rope": build(False)}
+        side_by_side = mlexp.train_side_by_side(models, train_ids, val_ids, **kwargs)
+        torch.set_num_threads(1)  # what each of the two workers had
+        alone = {name: build(name == "rope") for name in models}
+        one_after_another = {name: mlexp.train_lm(model, train_ids, val_ids, **kwargs) for name, model in alone.items()}
+    finally:
+        torch.set_num_threads(threads)
+    assert list(side_by_side) == ["rope", "no rope"]
+    for name in models:
+        assert side_by_side[name]["val"] == one_after_another[name]["val"]
+        assert side_by_side[name]["train"] == one_after_another[name]["train"]
+        assert all(torch.equal(a, b) for a, b in zip(models[name].state_dict().values(), alone[name].state_dict().values()))
+        assert models[name].context_length == 16
+    assert side_by_side["rope"]["val"] != side_by_side["no rope"]["val"]
+    assert plan_workers(6, 2) == (2, 1) and plan_workers(6, 16) == (6, 2) and plan_workers(6, 1) == (1, 1)
+
+
+def test_side_by_side_trains_unpicklable_models_here(corpus):
+    """A model class defined in a notebook cannot reach a worker; it trains in this process instead."""
+    tok, train_ids, val_ids = corpus
+
+    class Local(TransformerLM):  # defined in a function, so pickle cannot find it by name
+        pass
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = Local(tok.vocab_size, dim=32, n_layers=1, n_heads=4)
+        before = model.head.weight.clone()
+        histories = mlexp.train_side_by_side({"a": model, "b": Local(tok.vocab_size, dim=32, n_layers=1, n_heads=4)},
+                                             train_ids, val_ids, steps=3, block_size=16, log=False, eval_batches=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert set(histories) == {"a", "b"} and histories["a"]["step"] == [0, 3]
+    assert not torch.equal(model.head.weight, before)
+
+
+@pytest.mark.parametrize(
+    "files, cpus",
+    [
+        ({"cpu.max": "50000 100000\n"}, 1),  # Binder: half a CPU still gets one worker
+        ({"cpu.max": "400000 100000\n"}, 4),
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2),  # cgroup v1
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_container_cpu_quota_caps_the_workers(tmp_path, files, cpus):
+    from mlexp.side_by_side import cgroup_cpus
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_cpus(tmp_path) == cpus

@@ -1,0 +1,108 @@
+"""``train_side_by_side``: train independent models at once on a CPU's idle cores.
+
+A chapter's ablation trains several small models that share nothing. One of them keeps only
+one or two cores busy (its matrices are small), so on a CPU with more cores the models train
+in worker processes, each with its share of PyTorch's threads. Each model's numbers are the
+ones ``train_lm`` gives it alone with the same number of threads, bit for bit.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import pickle
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .train import default_device, train_lm
+
+__all__ = ["train_side_by_side", "plan_workers", "cpu_budget", "cgroup_cpus"]
+
+
+def cgroup_cpus(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Whole CPUs that a container's cgroup quota allows (v2 or v1), or None without a quota."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()
+    except (OSError, ValueError):
+        try:
+            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if quota in ("max", "-1"):
+        return None
+    return max(1, int(quota) // int(period))
+
+
+def cpu_budget() -> int:
+    """PyTorch's thread count, capped by the container's CPU quota where one is set.
+
+    Binder and Docker limit a process's CPU time without hiding the host's cores, so
+    ``torch.get_num_threads()`` alone would start one worker per core of the host.
+    """
+    quota = cgroup_cpus()
+    return torch.get_num_threads() if quota is None else min(torch.get_num_threads(), quota)
+
+
+def plan_workers(n_models: int, threads: int) -> tuple[int, int]:
+    """How many worker processes, and PyTorch threads in each, for ``n_models`` on ``threads``.
+
+    One worker per thread up to one per model; leftover threads are shared out evenly.
+    """
+    workers = max(1, min(n_models, threads))
+    return workers, max(1, threads // workers)
+
+
+def _train_one(model: nn.Module, train_ids: Tensor, val_ids: Tensor, threads: int, kwargs: dict):
+    """Worker body: train a model with ``threads`` threads; return its history and weights."""
+    torch.set_num_threads(threads)
+    history = train_lm(model, train_ids, val_ids, **kwargs)
+    return history, model.state_dict()
+
+
+def _picklable(models: dict[str, nn.Module]) -> bool:
+    """Whether every model can travel to a fresh process (a class defined in a notebook cannot)."""
+    try:
+        for model in models.values():
+            pickle.dumps(model)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def train_side_by_side(
+    models: dict[str, nn.Module],
+    train_ids: Tensor,
+    val_ids: Tensor,
+    steps: int,
+    block_size: int,
+    **train_kwargs,
+) -> dict[str, dict[str, list]]:
+    """Train each model with ``train_lm`` and return their histories under the same names.
+
+    On a CPU, the models train in worker processes, as many at a time as PyTorch has threads
+    (see ``cpu_budget``), each worker with ``threads // workers`` of them and about 0.6 GB of
+    memory for a 6-block model of Chapter 1; the
+    trained weights are copied back into ``models``. On a GPU, with one thread, or when a
+    model cannot be sent to another process, they train one after another here.
+    """
+    kwargs = dict(train_kwargs, steps=steps, block_size=block_size)
+    device = torch.device(kwargs["device"]) if kwargs.get("device") is not None else default_device()
+    workers, threads = plan_workers(len(models), cpu_budget())
+    if device.type != "cpu" or workers == 1 or not _picklable(models):
+        return {name: train_lm(model, train_ids, val_ids, **kwargs) for name, model in models.items()}
+
+    # spawn, not fork: a forked child of a process that has used OpenMP's threads can hang.
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = {name: pool.submit(_train_one, model, train_ids, val_ids, threads, kwargs)
+                   for name, model in models.items()}
+        histories = {}
+        for name, future in futures.items():
+            histories[name], weights = future.result()
+            models[name].load_state_dict(weights)
+            models[name].context_length = block_size  # as train_lm sets it
+    return histories
