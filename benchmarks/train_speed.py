@@ -12,7 +12,9 @@ Prints, from one run:
 4. with ``--chapter``, the wall time of Chapter 1's seven training runs (one 4-block model for
    600 steps, six 6-block variants for 400) done three ways: the spec's straightforward
    recipe, mlexp with the ablation one run after another, and mlexp as the chapter runs it,
-   side by side; then evaluation's accuracy and share of training time, and peak memory.
+   side by side. Each runs in a fresh process, as in a fresh kernel; the script samples the
+   peak memory of that process and its workers, and reports evaluation's accuracy and share
+   of training time.
 
 Usage::
 
@@ -25,9 +27,13 @@ absolute numbers.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import math
-import resource
+import multiprocessing
+import os
+import pathlib
+import threading
 import time
 from unittest import mock
 
@@ -36,7 +42,6 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import mlexp
-from mlexp.side_by_side import plan_workers
 from mlexp.train import _windows
 from mlexp.transformer import TransformerLM, WriteNothing
 
@@ -45,7 +50,7 @@ VARIANTS = ("full model", "no position", "no attention", "no feed-forward", "no 
 ARITHMETIC_KERNELS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_dot_product")  # name prefixes
 
 
-def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
+def matmul_gflops(n: int = 2048, repeats: int = 30) -> float:
     """fp32 GFLOP/s of an n x n matrix product, the best of ``repeats`` timings."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     for _ in range(3):
@@ -125,13 +130,16 @@ def rope_recomputed(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-def chapter_runs(train_ids, val_ids, recipe: str) -> tuple[float, dict]:
-    """Wall time of the chapter's seven training runs, and the 600-step run's history and model.
+def chapter_runs(recipe: str) -> dict:
+    """The chapter's seven training runs, timed, in a fresh process as a fresh kernel would be.
 
     ``recipe`` is ``spec`` (the spec's listing: RoPE rebuilt on every call, the ablation one
     run after another with an evaluation every 100 steps), ``sequential`` (mlexp, one after
-    another) or ``side by side`` (mlexp, as the chapter calls it).
+    another) or ``side by side`` (mlexp, as the chapter calls it). Returns the wall time, the
+    final validation losses, evaluation's largest share of a run's training time, and the
+    standard error of the 600-step model's validation loss.
     """
+    _, train_ids, val_ids = mlexp.load_char_corpus()
     rope = mock.patch("mlexp.transformer.apply_rope", rope_recomputed) if recipe == "spec" else contextlib.nullcontext()
     eval_every = {"eval_every": 100} if recipe == "spec" else {}
     start = time.perf_counter()
@@ -145,7 +153,12 @@ def chapter_runs(train_ids, val_ids, recipe: str) -> tuple[float, dict]:
             runs = {v: mlexp.train_lm(m, train_ids, val_ids, steps=400, block_size=BLOCK, log=False, **eval_every)
                     for v, m in models.items()}
     seconds = time.perf_counter() - start
-    return seconds, {"history": history, "model": model, "ablation": runs}
+    return {
+        "seconds": seconds,
+        "val": {"600 steps": history["val"][-1], **{v: runs[v]["val"][-1] for v in VARIANTS}},
+        "eval_share": max(eval_share(h) for h in [history, *runs.values()]),
+        "standard_error": loss_standard_error(model, val_ids),
+    }
 
 
 @torch.no_grad()
@@ -160,15 +173,44 @@ def loss_standard_error(model: TransformerLM, ids: torch.Tensor, windows: int = 
 
 
 def eval_share(history: dict) -> float:
+    """Time spent evaluating, as a fraction of the time spent training."""
     evaluating = sum(history["eval_time"])
     return evaluating / (history["time"][-1] - evaluating)
 
 
-def peak_memory_mb() -> tuple[float, float]:
-    """Peak resident memory of this process and of its largest finished worker, in MB."""
-    kb_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kb_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return kb_self / 1024, kb_children / 1024
+def descendants_pss_mb() -> float:
+    """Proportional set size of this process's descendants, in MB (shared pages split fairly)."""
+    total_kb, stack = 0, [os.getpid()]
+    while stack:
+        pid = stack.pop()
+        try:
+            for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+                stack += [int(child) for child in (task / "children").read_text().split()]
+            if pid != os.getpid():
+                rollup = pathlib.Path(f"/proc/{pid}/smaps_rollup").read_text()
+                total_kb += int(next(line.split()[1] for line in rollup.splitlines() if line.startswith("Pss:")))
+        except (OSError, StopIteration):
+            continue  # the process ended while we looked
+    return total_kb / 1024
+
+
+def run_measuring_memory(recipe: str) -> dict:
+    """``chapter_runs(recipe)`` in a spawned process, with the peak memory of it and its workers."""
+    peak, done = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.25):
+            peak[0] = max(peak[0], descendants_pss_mb())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            result = pool.submit(chapter_runs, recipe).result()
+    finally:
+        done.set()
+        sampler.join()
+    return {**result, "peak_mb": peak[0]}
 
 
 def main() -> None:
@@ -178,10 +220,9 @@ def main() -> None:
     args = parser.parse_args()
 
     _, train_ids, val_ids = mlexp.load_char_corpus()
-    threads = torch.get_num_threads()
-    print(f"torch {torch.__version__}, {mlexp.default_device()}, {threads} threads")
+    print(f"torch {torch.__version__}, {mlexp.default_device()}, {torch.get_num_threads()} threads")
     limit = matmul_gflops()
-    print(f"fp32 matmul rate (2048 x 2048):          {limit:8.1f} GFLOP/s")
+    print(f"fp32 matmul rate (2048², best of 30):    {limit:8.1f} GFLOP/s")
     per_token = flops_per_token(TransformerLM(65), BLOCK)
     rate = tokens_per_second(train_ids, val_ids, args.steps)
     achieved = rate * per_token / 1e9
@@ -199,26 +240,18 @@ def main() -> None:
 
     if not args.chapter:
         return
-    times, results = {}, {}
+    results = {}
     for recipe in ("spec", "sequential", "side by side"):
-        times[recipe], results[recipe] = chapter_runs(train_ids, val_ids, recipe)
-        print(f"Chapter 1 training, {recipe + ':':14s}        {times[recipe]:8.0f} s = {times[recipe] / 60:.1f} min", flush=True)
-    print(f"  speed-up against the spec's recipe:    {times['spec'] / times['side by side']:8.2f}x "
-          f"(side by side alone: {times['sequential'] / times['side by side']:.2f}x)")
-    ours, spec = results["side by side"], results["spec"]
-    print("  val losses, spec recipe -> ours:       600 steps "
-          f"{spec['history']['val'][-1]:.3f} -> {ours['history']['val'][-1]:.3f}; ablation "
-          + ", ".join(f"{spec['ablation'][v]['val'][-1]:.3f} -> {ours['ablation'][v]['val'][-1]:.3f}" for v in VARIANTS))
-    error = loss_standard_error(ours["model"], val_ids)
-    def worst_share(runs: dict) -> float:
-        return max(eval_share(h) for h in [runs["history"], *runs["ablation"].values()])
-
-    print(f"evaluation: standard error {error:.4f} nats on 512 windows; at most {worst_share(ours):.0%} of a "
-          f"run's training time (spec recipe: {worst_share(spec):.0%})")
-    own, worker = peak_memory_mb()
-    workers, _ = plan_workers(len(VARIANTS), threads)
-    print(f"peak memory: this process {own:.0f} MB, largest worker {worker:.0f} MB "
-          f"(at most {own + workers * worker:.0f} MB with {workers} workers)")
+        results[recipe] = run = run_measuring_memory(recipe)
+        print(f"Chapter 1 training, {recipe + ':':14s}        {run['seconds']:8.0f} s = {run['seconds'] / 60:.1f} min, "
+              f"peak memory {run['peak_mb']:.0f} MB", flush=True)
+    spec, sequential, ours = results["spec"], results["sequential"], results["side by side"]
+    print(f"  speed-up against the spec's recipe:    {spec['seconds'] / ours['seconds']:8.2f}x "
+          f"(side by side alone: {sequential['seconds'] / ours['seconds']:.2f}x)")
+    print("  val losses, spec recipe -> ours:       "
+          + ", ".join(f"{name} {spec['val'][name]:.3f} -> {ours['val'][name]:.3f}" for name in ours["val"]))
+    print(f"evaluation: standard error {ours['standard_error']:.4f} nats on 512 windows; at most "
+          f"{ours['eval_share']:.0%} of a run's training time (spec recipe: {spec['eval_share']:.0%})")
 
 
 if __name__ == "__main__":
