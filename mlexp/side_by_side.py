@@ -84,10 +84,10 @@ def train_side_by_side(
     """Train each model with ``train_lm`` and return their histories under the same names.
 
     On a CPU, the models train in worker processes, as many at a time as PyTorch has threads
-    (see ``cpu_budget``), each worker with ``threads // workers`` of them and about 0.6 GB of
-    memory for a 6-block model of Chapter 1; the
-    trained weights are copied back into ``models``. On a GPU, with one thread, or when a
-    model cannot be sent to another process, they train one after another here.
+    (see ``cpu_budget``), each worker with ``threads // workers`` of them; the trained weights
+    are copied back into ``models``. Each worker holds its own PyTorch, about 0.6 GB while it
+    trains a 6-block model of Chapter 1. On a GPU, with one thread, or when a model cannot be
+    sent to another process, the models train one after another in this process.
     """
     kwargs = dict(train_kwargs, steps=steps, block_size=block_size)
     device = torch.device(kwargs["device"]) if kwargs.get("device") is not None else default_device()
