@@ -90,9 +90,8 @@ def train_side_by_side(
     sent to another process, the models train one after another in this process.
     """
     kwargs = dict(train_kwargs, steps=steps, block_size=block_size)
-    device = torch.device(kwargs["device"]) if kwargs.get("device") is not None else default_device()
     workers, threads = plan_workers(len(models), cpu_budget())
-    if device.type != "cpu" or workers == 1 or not _picklable(models):
+    if default_device(kwargs.get("device")).type != "cpu" or workers == 1 or not _picklable(models):
         return {name: train_lm(model, train_ids, val_ids, **kwargs) for name, model in models.items()}
 
     # spawn, not fork: a forked child of a process that has used OpenMP's threads can hang.

@@ -24,8 +24,10 @@ BATCH_SEED = 1337
 EVAL_SEED = 2024
 
 
-def default_device() -> torch.device:
-    """CUDA when a GPU is present, the CPU otherwise."""
+def default_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` when one is given; otherwise CUDA when a GPU is present, the CPU if not."""
+    if device is not None:
+        return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -77,7 +79,7 @@ def train_lm(
     if steps < 1 or eval_every < 1:
         raise ValueError(f"steps={steps} and eval_every={eval_every} must both be at least 1")
 
-    device = torch.device(device) if device is not None else default_device()
+    device = default_device(device)
     on_cuda = device.type == "cuda"
     model.to(device)
     model.context_length = block_size
