@@ -43,8 +43,8 @@ def cpu_budget() -> int:
     Binder and Docker limit a process's CPU time without hiding the host's cores, so
     ``torch.get_num_threads()`` alone would start one worker per core of the host.
     """
-    quota = cgroup_cpus()
-    return torch.get_num_threads() if quota is None else min(torch.get_num_threads(), quota)
+    threads, quota = torch.get_num_threads(), cgroup_cpus()
+    return threads if quota is None else min(threads, quota)
 
 
 def plan_workers(n_models: int, threads: int) -> tuple[int, int]:
@@ -56,21 +56,20 @@ def plan_workers(n_models: int, threads: int) -> tuple[int, int]:
     return workers, max(1, threads // workers)
 
 
-def _train_one(model: nn.Module, train_ids: Tensor, val_ids: Tensor, threads: int, kwargs: dict):
+def _train_one(pickled_model: bytes, train_ids: Tensor, val_ids: Tensor, threads: int, kwargs: dict):
     """Worker body: train a model with ``threads`` threads; return its history and weights."""
     torch.set_num_threads(threads)
+    model = pickle.loads(pickled_model)
     history = train_lm(model, train_ids, val_ids, **kwargs)
     return history, model.state_dict()
 
 
-def _picklable(models: dict[str, nn.Module]) -> bool:
-    """Whether every model can travel to a fresh process (a class defined in a notebook cannot)."""
+def _pickled(models: dict[str, nn.Module]) -> dict[str, bytes] | None:
+    """Each model as bytes for a fresh process, or None if one cannot go (a notebook's class)."""
     try:
-        for model in models.values():
-            pickle.dumps(model)
+        return {name: pickle.dumps(model) for name, model in models.items()}
     except (pickle.PicklingError, AttributeError, TypeError):
-        return False
-    return True
+        return None
 
 
 def train_side_by_side(
@@ -91,14 +90,16 @@ def train_side_by_side(
     """
     kwargs = dict(train_kwargs, steps=steps, block_size=block_size)
     workers, threads = plan_workers(len(models), cpu_budget())
-    if default_device(kwargs.get("device")).type != "cpu" or workers == 1 or not _picklable(models):
+    on_cpu = default_device(kwargs.get("device")).type == "cpu"
+    pickled = _pickled(models) if on_cpu and workers > 1 else None
+    if pickled is None:
         return {name: train_lm(model, train_ids, val_ids, **kwargs) for name, model in models.items()}
 
     # spawn, not fork: a forked child of a process that has used OpenMP's threads can hang.
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = {name: pool.submit(_train_one, model, train_ids, val_ids, threads, kwargs)
-                   for name, model in models.items()}
+        futures = {name: pool.submit(_train_one, data, train_ids, val_ids, threads, kwargs)
+                   for name, data in pickled.items()}
         histories = {}
         for name, future in futures.items():
             histories[name], weights = future.result()

@@ -67,7 +67,16 @@ def test_block_size_longer_than_validation_split(corpus):
         mlexp.train_lm(model, train_ids, train_ids[:50], steps=1, block_size=64)
 
 
-def test_side_by_side_matches_one_after_another(corpus):
+@pytest.fixture
+def two_threads():
+    """PyTorch at two threads for the test, as on the build machine; restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_side_by_side_matches_one_after_another(corpus, two_threads):
     """Workers give each model the numbers it gets alone with the same threads, and its weights."""
     from mlexp.side_by_side import plan_workers
 
@@ -78,16 +87,11 @@ def test_side_by_side_matches_one_after_another(corpus):
         return TransformerLM(tok.vocab_size, dim=32, n_layers=1, n_heads=4, rope=rope)
 
     kwargs = dict(steps=10, block_size=16, eval_every=5, log=False, eval_batches=1)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        models = {"rope": build(True), "no rope": build(False)}
-        side_by_side = mlexp.train_side_by_side(models, train_ids, val_ids, **kwargs)
-        torch.set_num_threads(1)  # what each of the two workers had
-        alone = {name: build(name == "rope") for name in models}
-        one_after_another = {name: mlexp.train_lm(model, train_ids, val_ids, **kwargs) for name, model in alone.items()}
-    finally:
-        torch.set_num_threads(threads)
+    models = {"rope": build(True), "no rope": build(False)}
+    side_by_side = mlexp.train_side_by_side(models, train_ids, val_ids, **kwargs)
+    torch.set_num_threads(1)  # what each of the two workers had
+    alone = {name: build(name == "rope") for name in models}
+    one_after_another = {name: mlexp.train_lm(model, train_ids, val_ids, **kwargs) for name, model in alone.items()}
     assert list(side_by_side) == ["rope", "no rope"]
     for name in models:
         assert side_by_side[name]["val"] == one_after_another[name]["val"]
@@ -98,22 +102,17 @@ def test_side_by_side_matches_one_after_another(corpus):
     assert plan_workers(6, 2) == (2, 1) and plan_workers(6, 16) == (6, 2) and plan_workers(6, 1) == (1, 1)
 
 
-def test_side_by_side_trains_unpicklable_models_here(corpus):
+def test_side_by_side_trains_unpicklable_models_here(corpus, two_threads):
     """A model class defined in a notebook cannot reach a worker; it trains in this process instead."""
     tok, train_ids, val_ids = corpus
 
     class Local(TransformerLM):  # defined in a function, so pickle cannot find it by name
         pass
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        model = Local(tok.vocab_size, dim=32, n_layers=1, n_heads=4)
-        before = model.head.weight.clone()
-        histories = mlexp.train_side_by_side({"a": model, "b": Local(tok.vocab_size, dim=32, n_layers=1, n_heads=4)},
-                                             train_ids, val_ids, steps=3, block_size=16, log=False, eval_batches=1)
-    finally:
-        torch.set_num_threads(threads)
+    model = Local(tok.vocab_size, dim=32, n_layers=1, n_heads=4)
+    before = model.head.weight.clone()
+    histories = mlexp.train_side_by_side({"a": model, "b": Local(tok.vocab_size, dim=32, n_layers=1, n_heads=4)},
+                                         train_ids, val_ids, steps=3, block_size=16, log=False, eval_batches=1)
     assert set(histories) == {"a", "b"} and histories["a"]["step"] == [0, 3]
     assert not torch.equal(model.head.weight, before)
 
