@@ -32,8 +32,9 @@ import time
 
 from . import __version__
 from .seeds import SEED_OFFSET_ENV, SEED_RUN_ENV
+from .seedtable import PROVENANCE_KEY
 
-__all__ = ["harvest_glue", "run_notebook", "run_offsets", "merge", "write_atomic", "data_path"]
+__all__ = ["harvest_glue", "run_notebook", "run_offsets", "run_kind", "merge", "write_atomic", "data_path"]
 
 GLUE_MIME_PREFIX = "application/papermill.record/"
 
@@ -108,10 +109,19 @@ def run_notebook(notebook: str | os.PathLike, offset: int, threads: int | None =
             else:
                 os.environ[k] = v
     values = harvest_glue(nb)
+    if PROVENANCE_KEY not in values:
+        raise RuntimeError(
+            f"{notebook.name} glued no {PROVENANCE_KEY!r}: a chapter with seed runs calls "
+            "mlexp.seed_section(...) after its experiment, which records what the "
+            "numbers depend on and where they were made")
+    # What the numbers depend on (fingerprint) and where they were made (machine),
+    # computed by the chapter's own kernel.
+    recorded = json.loads(values.pop(PROVENANCE_KEY))
     return {
         "offset": offset,
         "values": values,
         "provenance": {
+            **recorded,
             "mlexp_version": __version__,
             "mlexp_commit": _git_commit(notebook.parent),
             "torch_version": torch.__version__,
@@ -164,17 +174,34 @@ def _run_in_subprocess(notebook, offset: int, threads: int | None, timeout: int)
         return json.loads(out.read_text())["runs"][0]
 
 
-def merge(files: list[str | os.PathLike]) -> dict:
-    """Combine data files into one, ordered by offset; an offset given twice is an error."""
-    runs: dict[int, dict] = {}
+def run_kind(run: dict) -> str:
+    """The kind of arithmetic a stored run was made with (``cpu-fp32``, ``cuda-bf16``)."""
+    return run.get("provenance", {}).get("machine", {}).get("kind", "unknown")
+
+
+def merge(files: list[str | os.PathLike], into: str | os.PathLike | None = None) -> dict:
+    """Combine data files into one, ordered by kind and offset.
+
+    A run of the same kind and offset given twice in ``files`` is an error. Runs already in
+    ``into`` (the chapter's data file) are kept, except those that a new run of the same
+    kind and offset replaces: a GPU rerun adds GPU data and keeps the CPU's.
+    """
+    runs: dict[tuple[str, int], dict] = {}
     notebook = None
     for f in files:
         data = json.loads(pathlib.Path(f).read_text())
         notebook = notebook or data.get("notebook")
         for run in data["runs"]:
-            if run["offset"] in runs:
-                raise ValueError(f"offset {run['offset']} appears twice (again in {f}); merge each offset once")
-            runs[run["offset"]] = run
+            slot = (run_kind(run), run["offset"])
+            if slot in runs:
+                raise ValueError(f"offset {run['offset']} appears twice for {slot[0]} runs "
+                                 f"(again in {f}); merge each offset once")
+            runs[slot] = run
+    if into is not None and pathlib.Path(into).is_file():
+        old = json.loads(pathlib.Path(into).read_text())
+        notebook = notebook or old.get("notebook")
+        for run in old["runs"]:
+            runs.setdefault((run_kind(run), run["offset"]), run)
     return {"notebook": notebook, "runs": [runs[k] for k in sorted(runs)]}
 
 
@@ -204,10 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     mrg = sub.add_parser("merge", help="combine single-offset data files into one")
     mrg.add_argument("files", nargs="+", type=pathlib.Path)
     mrg.add_argument("--out", type=pathlib.Path, required=True)
+    mrg.add_argument("--into", type=pathlib.Path, default=None,
+                     help="a data file whose runs of other kinds or offsets are kept")
     args = parser.parse_args(argv)
 
     if args.command == "merge":
-        write_atomic(args.out, merge(args.files))
+        write_atomic(args.out, merge(args.files, into=args.into))
         return 0
     if not args.notebook.is_file():
         parser.error(f"no notebook at {args.notebook}")
@@ -219,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - report and exit non-zero, leaving no data file
         print(f"error: {err}", file=sys.stderr)
         return 1
-    write_atomic(args.out or data_path(args.notebook), {"notebook": args.notebook.name, "runs": runs})
+    data = {"notebook": args.notebook.name, "runs": runs}
+    if args.out is None:  # beside the chapter: keep its stored runs of other kinds
+        with tempfile.TemporaryDirectory() as tmp:
+            fresh = pathlib.Path(tmp) / "fresh.json"
+            write_atomic(fresh, data)
+            data = merge([fresh], into=data_path(args.notebook))
+    write_atomic(args.out or data_path(args.notebook), data)
     return 0
 
 

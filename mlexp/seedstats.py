@@ -1,4 +1,4 @@
-"""Reading seed runs: spread, rankings that hold, stale data, and claims checked against them.
+"""Reading seed runs: spread, rankings that hold, drift, and claims checked against them.
 
 Everything here works on plain dicts, ``{offset: {glue key: value}}``, so a chapter can
 build its seed table and check its sentences from ``<chapter>.seeds.json`` plus its own
@@ -16,12 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
     "ClaimContradicted",
-    "load_seed_runs",
+    "load_seed_data",
     "mean_sd",
     "ranking",
     "flipped_pairs",
     "lower_in_every_run",
-    "stale_keys",
+    "largest_drift",
+    "largest_spread",
     "check_claim",
 ]
 
@@ -34,23 +35,24 @@ class ClaimContradicted(AssertionError):
     """A sentence of the chapter says something its own seed runs do not show."""
 
 
-def load_seed_runs(filename: str, repo_path: str) -> dict[int, dict[str, object]]:
-    """The values of each seed offset, from ``filename`` in the working directory.
+def load_seed_data(filename: str, repo_path: str) -> dict:
+    """A chapter's stored seed runs, from ``filename`` in the working directory.
 
     A chapter executes in its own folder, where the data file lives beside it. Outside a
     checkout (Colab) the same file is read from the repository's ``main`` branch.
     """
     local = pathlib.Path(filename)
     if local.is_file():
-        data = json.loads(local.read_text())
-    else:
-        url = REPOSITORY_RAW + repo_path
-        try:
-            with urllib.request.urlopen(url, timeout=30) as response:
-                data = json.loads(response.read())
-        except (urllib.error.URLError, TimeoutError) as err:
-            raise FileNotFoundError(f"no {filename} here and could not fetch {url} ({err})") from err
-    return {int(run["offset"]): run["values"] for run in data["runs"]}
+        return json.loads(local.read_text())
+    url = REPOSITORY_RAW + repo_path
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.loads(response.read())
+    except (urllib.error.URLError, TimeoutError) as err:
+        raise FileNotFoundError(
+            f"no {filename} here and could not fetch {url} ({err}); run the "
+            "chapter from a checkout, or make its seed runs (see the README)"
+        ) from err
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -82,9 +84,15 @@ def lower_in_every_run(runs: Runs, lower: str, than: str) -> bool:
     return all(runs[r][lower] < runs[r][than] for r in runs)
 
 
-def stale_keys(current: Mapping[str, float], stored: Mapping[str, float], keys: Sequence[str], tol: float) -> list[str]:
-    """Keys whose value in this run differs from the stored run of the same offset by more than ``tol``."""
-    return [k for k in keys if k not in stored or abs(float(current[k]) - float(stored[k])) > tol]
+def largest_drift(current: Mapping[str, float], stored: Mapping[str, float],
+                  keys: Sequence[str]) -> tuple[float, str]:
+    """How far this run is from a stored run of the same seed: the largest gap, and its key."""
+    return max((abs(float(current[k]) - float(stored[k])), k) for k in keys)
+
+
+def largest_spread(runs: Runs, keys: Sequence[str]) -> tuple[float, str]:
+    """The largest seed-to-seed standard deviation over ``keys``, and its key."""
+    return max((mean_sd([runs[r][k] for r in runs])[1], k) for k in keys)
 
 
 def check_claim(claim: str, holds: Callable[[Mapping[str, float]], bool], runs: Runs) -> None:

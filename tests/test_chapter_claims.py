@@ -1,18 +1,29 @@
-"""Chapter 1's claim checks and seed table, run on small fixtures instead of a full training run."""
+"""Chapter 1's seed section, run through the chapter's own cell on small fixtures.
+
+Each fixture stands for a situation a build meets: the machine that made the seed runs,
+another CPU whose last digits differ, a drift larger than the seeds' spread, changed code,
+a GPU build with only CPU runs stored, and a run that contradicts a claim.
+"""
 
 import json
 import pathlib
+import shutil
 
 import pytest
+import torch
 
 import mlexp
-from mlexp import seedruns
+from mlexp import provenance, seedruns
 from mlexp.seedstats import ClaimContradicted
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "book/part1/chapter01.ipynb"
 VARIANTS = ["full model", "no position", "no attention", "no feed-forward", "no normalization", "no residual"]
 TYPICAL = [1.74, 2.07, 2.49, 1.85, 1.72, 3.35]  # a run in which every claim holds
+SEED_1 = [1.80, 2.08, 2.49, 1.88, 1.76, 3.36]
+SEED_2 = [1.76, 2.08, 2.49, 1.84, 1.73, 3.36]
+THIS_CPU = "Intel(R) Xeon(R) Platinum (AVX512)"
+OTHER_CPU = "AMD EPYC 7763 64-Core Processor (AVX2)"
 
 
 def cell_with(marker: str) -> str:
@@ -21,43 +32,136 @@ def cell_with(marker: str) -> str:
     return source
 
 
-def run_seed_section(tmp_path, monkeypatch, this_run: list[float], stored: dict[int, list[float]]) -> dict:
-    """Execute the chapter's seed-section cell with this run's ablation and stored seed runs."""
-    keys_cell = cell_with("ABLATION_KEYS = {")
-    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, this_run)), "sys": __import__("sys")}
-    # Only the definitions of ABLATION_KEYS and PART are needed from the ablation cell.
-    definitions = keys_cell.split("for name, key in ABLATION_KEYS.items():")[0]
-    exec(definitions, namespace)
-    runs = [{"offset": k, "values": {namespace["ABLATION_KEYS"][v]: x for v, x in zip(VARIANTS, values)}}
-            for k, values in stored.items()]
-    seedruns.write_atomic(tmp_path / "chapter01.seeds.json", {"notebook": "chapter01.ipynb", "runs": runs})
+@pytest.fixture
+def chapter_dir(tmp_path, monkeypatch):
+    """A folder holding the chapter, as the build's kernel sees it, on a CPU named THIS_CPU."""
+    shutil.copy(NOTEBOOK, tmp_path / NOTEBOOK.name)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLEXP_SEED_RUN", raising=False)
+    monkeypatch.delenv("MLEXP_SEED_OFFSET", raising=False)
+    real_machine = provenance.machine
+    monkeypatch.setattr(provenance, "machine", lambda device: {**real_machine(device), "name": THIS_CPU})
+    return tmp_path
+
+
+def stored_run(offset, values, machine_name=THIS_CPU, kind="cpu-fp32", **changes):
+    """A stored run made with this build's fingerprint, except for ``changes``."""
+    fingerprint = {**provenance.fingerprint(NOTEBOOK.name), **changes}
+    machine = {"kind": kind, "name": machine_name, "capability": "AVX2", "threads": 2}
+    keys = ["abl_full", "abl_no_position", "abl_no_attention", "abl_no_ffn", "abl_no_norm", "abl_no_residual"]
+    return {"offset": offset, "values": dict(zip(keys, values)),
+            "provenance": {"fingerprint": fingerprint, "machine": machine}}
+
+
+def run_seed_section(chapter_dir, monkeypatch, this_run: list[float], stored: list[dict]) -> dict:
+    """Execute the chapter's seed-section cell with this run's ablation and stored seed runs."""
+    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, this_run))}
+    # Only the definitions of ABLATION_KEYS and PART are needed from the ablation's glue cell.
+    exec(cell_with("ABLATION_KEYS = {").split("for name, key in ABLATION_KEYS.items():")[0], namespace)
+    seedruns.write_atomic(chapter_dir / "chapter01.seeds.json", {"notebook": NOTEBOOK.name, "runs": stored})
     glued = {}
     monkeypatch.setattr(mlexp, "glue_md", lambda name, text: glued.__setitem__(name, text))
-    exec(cell_with("seedstats.check_claim"), namespace)
+    exec(cell_with("mlexp.seed_section("), namespace)
     return glued
 
 
-def test_claims_hold_and_the_table_is_built(tmp_path, monkeypatch):
-    stored = {0: TYPICAL, 1: [1.80, 2.08, 2.49, 1.88, 1.76, 3.36], 2: [1.76, 2.08, 2.49, 1.84, 1.73, 3.36]}
-    glued = run_seed_section(tmp_path, monkeypatch, TYPICAL, stored)
-    table = glued["seed_table"].splitlines()
-    assert len(table) == 2 + 6 and table[2].startswith("| full model | 1.740 | 1.767 ± 0.031 | 1.740 / 1.800 / 1.760 |")
-    assert "stale" not in glued["seed_table"]
+def table_rows(markdown: str) -> list[list[str]]:
+    rows = [line for line in markdown.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
+
+
+def three_seeds(first=TYPICAL, **kw):
+    return [stored_run(0, first, **kw), stored_run(1, SEED_1, **kw), stored_run(2, SEED_2, **kw)]
+
+
+def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatch):
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds())
+    rows = table_rows(glued["seed_table"])
+    assert len(rows) == 6 and rows[0] == ["full model", "1.740", "1.767 ± 0.031", "1.740 / 1.800 / 1.760"]
+    assert "stale" not in glued["seed_table"] and "seed-drift" not in glued["seed_table"]
+    assert "at most 0.000 from the stored run with seed offset 0" in glued["seed_table"]
     assert "held in all 3 seeds" in glued["seed_summary"] and "in 3 of 3 seeds" in glued["seed_summary"]
 
 
-def test_stale_seed_data_is_flagged(tmp_path, monkeypatch):
-    stored = {0: [1.745] + TYPICAL[1:], 1: TYPICAL, 2: TYPICAL}  # another machine: off by 0.005
-    glued = run_seed_section(tmp_path, monkeypatch, TYPICAL, stored)
-    assert "stale-seed-data" in glued["seed_table"] and "abl_full" in glued["seed_table"]
+def test_another_cpu_within_the_spread_is_no_warning(chapter_dir, monkeypatch):
+    """Same code and data, seed runs made on another CPU whose digits differ by up to 0.006."""
+    drifted = [1.745, 2.076, 2.487, 1.853, 1.714, 3.352]
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(first=drifted, machine_name=OTHER_CPU))
+    note = glued["seed_table"]
+    assert "warning" not in note and "stale" not in note
+    assert f"made on {OTHER_CPU}" in note and f"built on {THIS_CPU}" in note
+    assert "at most 0.006 from the stored run with seed offset 0 (abl_no_position)" in note
+    assert "spread between seeds is up to 0.028 (the standard deviation of abl_full)" in note
+    # One number per seed: this page's run is seed 0's entry, and the mean uses it.
+    rows = table_rows(note)
+    assert rows[4] == ["no normalization", "1.720", "1.737 ± 0.021", "1.720 / 1.760 / 1.730"]
+    assert "1.714" not in note
 
 
-def test_a_flipped_ranking_is_reported(tmp_path, monkeypatch):
-    flipped = [1.74, 1.84, 2.49, 1.86, 1.72, 3.35]  # feed-forward now costs more than position
-    glued = run_seed_section(tmp_path, monkeypatch, TYPICAL, {0: TYPICAL, 1: flipped, 2: TYPICAL})
-    assert "did not hold" in glued["seed_summary"] and "no position and no feed-forward swapped" in glued["seed_summary"]
+def test_a_drift_beyond_the_spread_is_said_plainly(chapter_dir, monkeypatch):
+    far = [1.80, 2.10, 2.53, 1.90, 1.76, 3.40]  # 0.06 from this page: more than any seed's sd
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(first=far, machine_name=OTHER_CPU))
+    note = glued["seed_table"]
+    assert ":class: seed-drift" in note and "more than the seeds differ from each other" in note
+    assert OTHER_CPU in note and THIS_CPU in note
+
+
+@pytest.mark.parametrize("changed, words", [
+    ({"code": "0" * 64}, "the chapter's code cells"),
+    ({"mlexp": "0" * 64}, "the mlexp library"),
+    ({"corpus": "0" * 64}, "the corpus"),
+    ({"torch": "2.4.0"}, "the PyTorch version (2.4.0 then, " + torch.__version__ + " now)"),
+])
+def test_changed_ingredients_are_named(chapter_dir, monkeypatch, changed, words):
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(**changed))
+    note = glued["seed_table"]
+    assert ":class: stale-seed-data" in note and f"stale: {words} changed" in note
+
+
+def test_stale_runs_are_not_used_to_judge_claims(chapter_dir, monkeypatch):
+    """Runs of other code may say anything; the claims are judged on this build alone then."""
+    contradicting = [1.74, 1.70, 2.49, 1.85, 1.72, 3.35]
+    stored = three_seeds(code="0" * 64)
+    stored[2] = stored_run(2, contradicting, code="0" * 64)
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, stored)
+    assert "stale-seed-data" in glued["seed_table"]
+
+
+def test_a_gpu_build_with_only_cpu_runs_stored(chapter_dir, monkeypatch):
+    monkeypatch.setattr(provenance, "machine",
+                        lambda device: {"kind": "cuda-bf16", "name": "NVIDIA H200", "capability": "sm_90", "threads": 16})
+    gpu_run = [1.70, 2.10, 2.40, 1.83, 1.69, 3.30]  # far from the CPU's numbers, every claim still true
+    glued = run_seed_section(chapter_dir, monkeypatch, gpu_run, three_seeds())
+    note = glued["seed_table"]
+    assert "no seed runs of its kind (CUDA GPU (bfloat16)) are stored yet" in note
+    assert "NVIDIA H200" in note and THIS_CPU in note
+    rows = table_rows(note)
+    assert rows[0] == ["full model", "1.700", "—", "1.700"]  # this page alone: nothing mixed in
+
+
+def test_a_gpu_build_still_fails_on_its_own_contradiction(chapter_dir, monkeypatch):
+    monkeypatch.setattr(provenance, "machine",
+                        lambda device: {"kind": "cuda-bf16", "name": "NVIDIA H200", "capability": "sm_90", "threads": 16})
+    wrong = [1.70, 1.69, 2.40, 1.83, 1.69, 3.30]  # no position below the full model
+    with pytest.raises(ClaimContradicted, match="removing RoPE hurts"):
+        run_seed_section(chapter_dir, monkeypatch, wrong, three_seeds())
+
+
+def test_a_flipped_ranking_is_reported(chapter_dir, monkeypatch):
+    flipped = [1.80, 2.07, 2.49, 1.805, 1.81, 3.35]  # normalization now costs more than feed-forward
+    stored = three_seeds()
+    stored[1] = stored_run(1, flipped)
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, stored)
+    assert "did not hold" in glued["seed_summary"]
+    assert "no feed-forward and no normalization swapped" in glued["seed_summary"]
+
+
+def test_position_costing_less_than_feed_forward_fails_the_build(chapter_dir, monkeypatch):
+    flipped = [1.74, 1.92, 2.49, 1.93, 1.72, 3.35]  # feed-forward now costs more than position
+    stored = three_seeds()
+    stored[1] = stored_run(1, flipped)
+    with pytest.raises(ClaimContradicted, match="removing RoPE costs more than removing the feed-forward"):
+        run_seed_section(chapter_dir, monkeypatch, TYPICAL, stored)
 
 
 @pytest.mark.parametrize("variant, value, claim", [
@@ -65,8 +169,23 @@ def test_a_flipped_ranking_is_reported(tmp_path, monkeypatch):
     ("no attention", 3.50, "removing the residual path is by far the most damaging change"),
     ("no position", 1.70, "removing RoPE hurts, but less than removing attention"),
 ])
-def test_a_contradicted_claim_fails_the_build(tmp_path, monkeypatch, variant, value, claim):
+def test_a_contradicted_claim_fails_the_build(chapter_dir, monkeypatch, variant, value, claim):
     bad = list(TYPICAL)
     bad[VARIANTS.index(variant)] = value
+    stored = three_seeds()
+    stored[2] = stored_run(2, bad)
     with pytest.raises(ClaimContradicted, match=claim):
-        run_seed_section(tmp_path, monkeypatch, TYPICAL, {0: TYPICAL, 1: TYPICAL, 2: bad})
+        run_seed_section(chapter_dir, monkeypatch, TYPICAL, stored)
+
+
+def test_a_seed_run_records_its_fingerprint_and_machine(chapter_dir, monkeypatch):
+    monkeypatch.setenv("MLEXP_SEED_RUN", "1")
+    glued = {}
+    monkeypatch.setattr(mlexp.seedtable, "glue", lambda name, value: glued.__setitem__(name, value))
+    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, TYPICAL))}
+    exec(cell_with("ABLATION_KEYS = {").split("for name, key in ABLATION_KEYS.items():")[0], namespace)
+    exec(cell_with("mlexp.seed_section("), namespace)
+    recorded = json.loads(glued["seed_provenance"])
+    assert set(recorded["fingerprint"]) == set(provenance.INGREDIENTS)
+    assert recorded["fingerprint"]["code"] != "unknown" and recorded["machine"]["name"] == THIS_CPU
+    assert namespace["seeds"] is None  # a seed run builds no table and judges nothing

@@ -48,6 +48,14 @@ def test_write_atomic_leaves_no_partial_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["data.json"]
 
 
+def test_a_chapter_without_seed_section_is_refused(tmp_path, capsys):
+    silent = tmp_path / "silent.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), silent)
+    assert seedruns.main(["run", str(silent), "--offsets", "0"]) == 1
+    assert "glued no 'seed_provenance'" in capsys.readouterr().err
+    assert not seedruns.data_path(silent).exists()
+
+
 def test_failed_run_writes_nothing(tmp_path):
     broken = tmp_path / "broken.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise RuntimeError('boom')")]), broken)
@@ -82,12 +90,13 @@ def test_lower_in_every_run():
     assert not seedstats.lower_in_every_run({**RUNS, 3: {"no_norm": 1.9, "full": 1.8}}, "no_norm", "full")
 
 
-def test_stale_detection():
+def test_drift_and_spread():
     keys = ["full", "no_norm"]
-    assert seedstats.stale_keys(RUNS[0], RUNS[0], keys, tol=0.002) == []
-    assert seedstats.stale_keys({**RUNS[0], "full": 1.7405}, RUNS[0], keys, tol=0.002) == []
-    assert seedstats.stale_keys({**RUNS[0], "full": 1.75}, RUNS[0], keys, tol=0.002) == ["full"]
-    assert seedstats.stale_keys(RUNS[0], {}, keys, tol=0.002) == keys  # nothing stored for this offset
+    assert seedstats.largest_drift(RUNS[0], RUNS[0], keys) == (0.0, "no_norm")
+    drift, key = seedstats.largest_drift({**RUNS[0], "full": 1.746}, RUNS[0], keys)
+    assert key == "full" and drift == pytest.approx(0.006)
+    spread, key = seedstats.largest_spread(RUNS, keys)
+    assert key == "full" and spread == pytest.approx(0.0305505, rel=1e-5)
 
 
 def test_contradicted_claim_fails_and_names_itself():
@@ -97,7 +106,22 @@ def test_contradicted_claim_fails_and_names_itself():
         seedstats.check_claim("removing normalization hurts", lambda v: v["no_norm"] > v["full"], RUNS)
 
 
-def test_load_seed_runs_reads_the_local_file(tmp_path, monkeypatch):
-    seedruns.write_atomic(tmp_path / "ch.seeds.json", {"runs": [{"offset": 1, "values": {"x": 2.0}}]})
+def test_load_seed_data_reads_the_local_file(tmp_path, monkeypatch):
+    data = {"runs": [{"offset": 1, "values": {"x": 2.0}}]}
+    seedruns.write_atomic(tmp_path / "ch.seeds.json", data)
     monkeypatch.chdir(tmp_path)
-    assert seedstats.load_seed_runs("ch.seeds.json", "book/ch.seeds.json") == {1: {"x": 2.0}}
+    assert seedstats.load_seed_data("ch.seeds.json", "book/ch.seeds.json") == data
+
+
+def run_of(kind, offset, x):
+    return {"offset": offset, "values": {"x": x}, "provenance": {"machine": {"kind": kind}}}
+
+
+def test_merge_keeps_other_kinds_and_replaces_the_same_kind(tmp_path):
+    chapter = tmp_path / "ch.seeds.json"
+    seedruns.write_atomic(chapter, {"notebook": "ch.ipynb", "runs": [run_of("cpu-fp32", k, k) for k in (0, 1, 2)]})
+    seedruns.write_atomic(tmp_path / "gpu-0.json", {"notebook": "ch.ipynb", "runs": [run_of("cuda-bf16", 0, 9)]})
+    seedruns.write_atomic(tmp_path / "cpu-1.json", {"notebook": "ch.ipynb", "runs": [run_of("cpu-fp32", 1, 7)]})
+    merged = seedruns.merge([tmp_path / "gpu-0.json", tmp_path / "cpu-1.json"], into=chapter)
+    assert [(seedruns.run_kind(r), r["offset"], r["values"]["x"]) for r in merged["runs"]] == [
+        ("cpu-fp32", 0, 0), ("cpu-fp32", 1, 7), ("cpu-fp32", 2, 2), ("cuda-bf16", 0, 9)]
