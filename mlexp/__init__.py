@@ -1,4 +1,5 @@
-"""mlexp: the small PyTorch library that the chapters of ML Explained import."""
+"""mlexp: the small PyTorch library that the chapters of ML Explained
+import."""
 
 from __future__ import annotations
 

@@ -1,18 +1,22 @@
-"""Seed runs: execute a chapter with every seed shifted, and keep what it glued.
+"""Seed runs: execute a chapter with every seed shifted, and keep what it
+glued.
 
-A chapter's numbers come from one run. To know which differences are real, the same
-notebook is executed again with ``MLEXP_SEED_OFFSET`` set to 1, 2, ...; every value the
-notebook glues (``myst_nb.glue``) is harvested and stored in ``<chapter>.seeds.json``
-beside the notebook, with where and how it was produced.
+A chapter's numbers come from one run. To know which differences are real,
+the same notebook is executed again with ``MLEXP_SEED_OFFSET`` set to 1, 2,
+...; every value the notebook glues (``myst_nb.glue``) is harvested and
+stored in ``<chapter>.seeds.json`` beside the notebook, with where and how
+it was produced.
 
 Command line::
 
-    python -m mlexp.seedruns run book/part1/chapter01.ipynb --offsets 0 1 2 --jobs 3
-    python -m mlexp.seedruns merge run-*.json --out book/part1/chapter01.seeds.json
+    python -m mlexp.seedruns run book/part1/chapter01.ipynb \\
+        --offsets 0 1 2 --jobs 3
+    python -m mlexp.seedruns merge run-*.json \\
+        --out book/part1/chapter01.seeds.json
 
-``run`` writes the data file beside the notebook unless ``--out`` says otherwise; ``merge``
-combines single-offset files (one per CI job) into one. A failed run is reported, exits
-non-zero and writes nothing.
+``run`` writes the data file beside the notebook unless ``--out`` says
+otherwise; ``merge`` combines single-offset files (one per CI job) into one.
+A failed run is reported, exits non-zero and writes nothing.
 """
 
 from __future__ import annotations
@@ -34,22 +38,32 @@ from . import __version__
 from .seeds import SEED_OFFSET_ENV, SEED_RUN_ENV
 from .seedtable import PROVENANCE_KEY
 
-__all__ = ["harvest_glue", "run_notebook", "run_offsets", "run_kind", "merge", "write_atomic", "data_path"]
+__all__ = [
+    "harvest_glue",
+    "run_notebook",
+    "run_offsets",
+    "run_kind",
+    "merge",
+    "write_atomic",
+    "data_path",
+]
 
 GLUE_MIME_PREFIX = "application/papermill.record/"
 
 
 def data_path(notebook: str | os.PathLike) -> pathlib.Path:
-    """Where a chapter's seed data lives: ``chapter01.ipynb`` -> ``chapter01.seeds.json``."""
+    """Where a chapter's seed data lives: ``chapter01.ipynb`` ->
+    ``chapter01.seeds.json``."""
     notebook = pathlib.Path(notebook)
     return notebook.with_name(notebook.stem + ".seeds.json")
 
 
 def harvest_glue(notebook) -> dict[str, object]:
-    """Every glued number or string of an executed notebook (an nbformat node or a dict).
+    """Every glued number or string of an executed notebook (an nbformat
+    node or a dict).
 
-    Figures and other rich outputs are skipped: the seed data holds values a table or a
-    claim can compare, read back from their plain-text form.
+    Figures and other rich outputs are skipped: the seed data holds values a
+    table or a claim can compare, read back from their plain-text form.
     """
     values: dict[str, object] = {}
     for cell in notebook["cells"]:
@@ -59,49 +73,81 @@ def harvest_glue(notebook) -> dict[str, object]:
             meta = output.get("metadata", {}).get("scrapbook")
             if not meta:
                 continue
-            data = {k.removeprefix(meta.get("mime_prefix", "")): v for k, v in output.get("data", {}).items()}
-            if "text/markdown" in data:  # glued prose: keep the Markdown source
+            data = {
+                k.removeprefix(meta.get("mime_prefix", "")): v
+                for k, v in output.get("data", {}).items()
+            }
+            # glued prose: keep the Markdown source
+            if "text/markdown" in data:
                 value = "".join(data["text/markdown"])
             else:
                 try:
-                    value = ast.literal_eval("".join(data.get("text/plain", "")))
+                    value = ast.literal_eval(
+                        "".join(data.get("text/plain", ""))
+                    )
                 except (ValueError, SyntaxError):
-                    continue  # the display form of an object (a figure, say), not a value
-            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                    # the display form of an object (a figure, say), not a
+                    # value
+                    continue
+            if isinstance(value, (int, float, str)) and not isinstance(
+                value, bool
+            ):
                 values[meta["name"]] = value
     return values
 
 
 def _git_commit(cwd: pathlib.Path) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
 
-def run_notebook(notebook: str | os.PathLike, offset: int, threads: int | None = None, timeout: int = 3600) -> dict:
-    """Execute ``notebook`` with seed offset ``offset`` and return its values and provenance.
+def run_notebook(
+    notebook: str | os.PathLike,
+    offset: int,
+    threads: int | None = None,
+    timeout: int = 3600,
+) -> dict:
+    """Execute ``notebook`` with seed offset ``offset`` and return its
+    values and provenance.
 
-    The kernel runs in the notebook's folder, as in the book's build. ``threads`` caps the
-    kernel's PyTorch threads, so that runs side by side share the cores instead of
-    fighting over them.
+    The kernel runs in the notebook's folder, as in the book's build.
+    ``threads`` caps the kernel's PyTorch threads, so that runs side by side
+    share the cores instead of fighting over them.
     """
     import nbformat
-    from nbclient import NotebookClient
-
     import torch
+    from nbclient import NotebookClient
 
     notebook = pathlib.Path(notebook).resolve()
     nb = nbformat.read(notebook, as_version=4)
     env_keys = {SEED_OFFSET_ENV: str(offset), SEED_RUN_ENV: "1"}
     if threads:
-        env_keys.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+        env_keys.update(
+            {
+                "OMP_NUM_THREADS": str(threads),
+                "MKL_NUM_THREADS": str(threads),
+            }
+        )
     saved = {k: os.environ.get(k) for k in env_keys}
-    os.environ.update(env_keys)  # the kernel inherits this process's environment
+    # the kernel inherits this process's environment
+    os.environ.update(env_keys)
     start = time.perf_counter()
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(notebook.parent)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(notebook.parent)}},
+        ).execute()
     finally:
         for k, v in saved.items():
             if v is None:
@@ -111,11 +157,14 @@ def run_notebook(notebook: str | os.PathLike, offset: int, threads: int | None =
     values = harvest_glue(nb)
     if PROVENANCE_KEY not in values:
         raise RuntimeError(
-            f"{notebook.name} glued no {PROVENANCE_KEY!r}: a chapter with seed runs calls "
-            "mlexp.seed_section(...) after its experiment, which records what the "
-            "numbers depend on and where they were made")
-    # What the numbers depend on (fingerprint) and where they were made (machine),
-    # computed by the chapter's own kernel.
+            f"{notebook.name} glued no {PROVENANCE_KEY!r}: a chapter "
+            "with seed runs calls "
+            "mlexp.seed_section(...) after its experiment, which records "
+            "what the "
+            "numbers depend on and where they were made"
+        )
+    # What the numbers depend on (fingerprint) and where they were made
+    # (machine), computed by the chapter's own kernel.
     recorded = json.loads(values.pop(PROVENANCE_KEY))
     return {
         "offset": offset,
@@ -129,43 +178,84 @@ def run_notebook(notebook: str | os.PathLike, offset: int, threads: int | None =
             "threads": threads or torch.get_num_threads(),
             "python": platform.python_version(),
             "machine": platform.machine(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"
+            ),
             "run_seconds": round(time.perf_counter() - start, 1),
         },
     }
 
 
-def run_offsets(notebook: str | os.PathLike, offsets: list[int], jobs: int = 1, timeout: int = 3600) -> list[dict]:
-    """Run several offsets, ``jobs`` at a time with the cores split between them.
+def run_offsets(
+    notebook: str | os.PathLike,
+    offsets: list[int],
+    jobs: int = 1,
+    timeout: int = 3600,
+) -> list[dict]:
+    """Run several offsets, ``jobs`` at a time with the cores split between
+    them.
 
-    Raises ``RuntimeError`` naming every offset that failed; nothing is returned then.
+    Raises ``RuntimeError`` naming every offset that failed; nothing is
+    returned then.
     """
     cores = os.cpu_count() or 1
     threads = max(1, cores // jobs) if jobs > 1 else None
     results, failures = {}, {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        # os.environ is process-wide, so runs in parallel go through separate processes.
+        # os.environ is process-wide, so runs in parallel go through
+        # separate processes.
         if jobs > 1:
-            futures = {pool.submit(_run_in_subprocess, notebook, k, threads, timeout): k for k in offsets}
+            futures = {
+                pool.submit(
+                    _run_in_subprocess, notebook, k, threads, timeout
+                ): k
+                for k in offsets
+            }
         else:
-            futures = {pool.submit(run_notebook, notebook, k, threads, timeout): k for k in offsets}
+            futures = {
+                pool.submit(run_notebook, notebook, k, threads, timeout): k
+                for k in offsets
+            }
         for future in concurrent.futures.as_completed(futures):
             k = futures[future]
             try:
                 results[k] = future.result()
-                print(f"offset {k}: done in {results[k]['provenance']['run_seconds']:.0f}s", file=sys.stderr)
-            except Exception as err:  # noqa: BLE001 - every failure is reported together below
+                print(
+                    f"offset {k}: done in "
+                    f"{results[k]['provenance']['run_seconds']:.0f}s",
+                    file=sys.stderr,
+                )
+            # noqa: BLE001 - every failure is reported together below
+            except Exception as err:
                 failures[k] = f"{type(err).__name__}: {str(err)[-2000:]}"
-                print(f"offset {k}: FAILED ({failures[k][:300]})", file=sys.stderr)
+                print(
+                    f"offset {k}: FAILED ({failures[k][:300]})",
+                    file=sys.stderr,
+                )
     if failures:
-        raise RuntimeError(f"seed runs failed for offsets {sorted(failures)}: " + "; ".join(failures.values()))
+        raise RuntimeError(
+            f"seed runs failed for offsets {sorted(failures)}: "
+            + "; ".join(failures.values())
+        )
     return [results[k] for k in offsets]
 
 
-def _run_in_subprocess(notebook, offset: int, threads: int | None, timeout: int) -> dict:
+def _run_in_subprocess(
+    notebook, offset: int, threads: int | None, timeout: int
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "run.json"
-        cmd = [sys.executable, "-m", "mlexp.seedruns", "run", str(notebook), "--offsets", str(offset), "--out", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlexp.seedruns",
+            "run",
+            str(notebook),
+            "--offsets",
+            str(offset),
+            "--out",
+            str(out),
+        ]
         if threads:
             cmd += ["--threads", str(threads)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -175,16 +265,22 @@ def _run_in_subprocess(notebook, offset: int, threads: int | None, timeout: int)
 
 
 def run_kind(run: dict) -> str:
-    """The kind of arithmetic a stored run was made with (``cpu-fp32``, ``cuda-bf16``)."""
-    return run.get("provenance", {}).get("machine", {}).get("kind", "unknown")
+    """The kind of arithmetic a stored run was made with (``cpu-fp32``,
+    ``cuda-bf16``)."""
+    return (
+        run.get("provenance", {}).get("machine", {}).get("kind", "unknown")
+    )
 
 
-def merge(files: list[str | os.PathLike], into: str | os.PathLike | None = None) -> dict:
+def merge(
+    files: list[str | os.PathLike], into: str | os.PathLike | None = None
+) -> dict:
     """Combine data files into one, ordered by kind and offset.
 
-    A run of the same kind and offset given twice in ``files`` is an error. Runs already in
-    ``into`` (the chapter's data file) are kept, except those that a new run of the same
-    kind and offset replaces: a GPU rerun adds GPU data and keeps the CPU's.
+    A run of the same kind and offset given twice in ``files`` is an error.
+    Runs already in ``into`` (the chapter's data file) are kept, except
+    those that a new run of the same kind and offset replaces: a GPU rerun
+    adds GPU data and keeps the CPU's.
     """
     runs: dict[tuple[str, int], dict] = {}
     notebook = None
@@ -194,8 +290,11 @@ def merge(files: list[str | os.PathLike], into: str | os.PathLike | None = None)
         for run in data["runs"]:
             slot = (run_kind(run), run["offset"])
             if slot in runs:
-                raise ValueError(f"offset {run['offset']} appears twice for {slot[0]} runs "
-                                 f"(again in {f}); merge each offset once")
+                raise ValueError(
+                    f"offset {run['offset']} appears twice for {slot[0]} "
+                    "runs "
+                    f"(again in {f}); merge each offset once"
+                )
             runs[slot] = run
     if into is not None and pathlib.Path(into).is_file():
         old = json.loads(pathlib.Path(into).read_text())
@@ -206,9 +305,12 @@ def merge(files: list[str | os.PathLike], into: str | os.PathLike | None = None)
 
 
 def write_atomic(path: str | os.PathLike, data: dict) -> None:
-    """Write JSON through a temporary file and a rename, so no reader sees half a file."""
+    """Write JSON through a temporary file and a rename, so no reader sees
+    half a file."""
     path = pathlib.Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=path.name + ".", suffix=".part"
+    )
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
@@ -219,20 +321,45 @@ def write_atomic(path: str | os.PathLike, data: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mlexp.seedruns", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m mlexp.seedruns",
+        description=__doc__.split("\n\n")[0],
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="execute a chapter notebook once per seed offset")
+    run = sub.add_parser(
+        "run", help="execute a chapter notebook once per seed offset"
+    )
     run.add_argument("notebook", type=pathlib.Path)
     run.add_argument("--offsets", type=int, nargs="+", default=[0, 1, 2])
-    run.add_argument("--jobs", type=int, default=1, help="runs side by side (cores are split between them)")
-    run.add_argument("--threads", type=int, default=None, help="PyTorch threads per run")
-    run.add_argument("--timeout", type=int, default=3600, help="seconds allowed per cell")
-    run.add_argument("--out", type=pathlib.Path, default=None, help="default: <chapter>.seeds.json beside it")
-    mrg = sub.add_parser("merge", help="combine single-offset data files into one")
+    run.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs side by side (cores are split between them)",
+    )
+    run.add_argument(
+        "--threads", type=int, default=None, help="PyTorch threads per run"
+    )
+    run.add_argument(
+        "--timeout", type=int, default=3600, help="seconds allowed per cell"
+    )
+    run.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=None,
+        help="default: <chapter>.seeds.json beside it",
+    )
+    mrg = sub.add_parser(
+        "merge", help="combine single-offset data files into one"
+    )
     mrg.add_argument("files", nargs="+", type=pathlib.Path)
     mrg.add_argument("--out", type=pathlib.Path, required=True)
-    mrg.add_argument("--into", type=pathlib.Path, default=None,
-                     help="a data file whose runs of other kinds or offsets are kept")
+    mrg.add_argument(
+        "--into",
+        type=pathlib.Path,
+        default=None,
+        help="a data file whose runs of other kinds or offsets are kept",
+    )
     args = parser.parse_args(argv)
 
     if args.command == "merge":
@@ -242,14 +369,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no notebook at {args.notebook}")
     try:
         if args.threads and len(args.offsets) == 1:
-            runs = [run_notebook(args.notebook, args.offsets[0], args.threads, args.timeout)]
+            runs = [
+                run_notebook(
+                    args.notebook,
+                    args.offsets[0],
+                    args.threads,
+                    args.timeout,
+                )
+            ]
         else:
-            runs = run_offsets(args.notebook, args.offsets, args.jobs, args.timeout)
-    except Exception as err:  # noqa: BLE001 - report and exit non-zero, leaving no data file
+            runs = run_offsets(
+                args.notebook, args.offsets, args.jobs, args.timeout
+            )
+    # noqa: BLE001 - report and exit non-zero, leaving no data file
+    except Exception as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     data = {"notebook": args.notebook.name, "runs": runs}
-    if args.out is None:  # beside the chapter: keep its stored runs of other kinds
+    # beside the chapter: keep its stored runs of other kinds
+    if args.out is None:
         with tempfile.TemporaryDirectory() as tmp:
             fresh = pathlib.Path(tmp) / "fresh.json"
             write_atomic(fresh, data)

@@ -1,22 +1,29 @@
-"""A chapter's "Across three seeds" section: the table, what it rests on, and the claims.
+"""A chapter's "Across three seeds" section: the table, what it rests on,
+and the claims.
 
-Every chapter that checks its findings across seeds calls :func:`seed_section` once, after
-its experiment, with the values it glued and the sentences it claims. The function:
+Every chapter that checks its findings across seeds calls
+:func:`seed_section` once, after its experiment, with the values it glued
+and the sentences it claims. The function:
 
-- in a seed run (:mod:`mlexp.seedruns`) only glues this run's fingerprint and machine, so
-  the runner can store them with the numbers, and returns ``None``;
-- in a build, reads ``<chapter>.seeds.json`` and keeps the stored runs of this build's
-  kind of arithmetic (CPU float32 or CUDA bfloat16: numbers of the two kinds differ by
-  more than rounding and are never mixed);
-- puts this page's run in the table as the entry of its own seed offset, so one seed never
-  shows two numbers, and the mean and standard deviation include it;
-- says which machines made the stored runs and this one, and how far this build lies from
-  the stored run of its offset against the spread between seeds: within the spread is
-  the normal case on another CPU, beyond it is said plainly;
-- warns, naming what changed, when the stored runs were made with other code, library,
-  corpus or PyTorch (stale data, which the Seed runs workflow refreshes);
-- checks every claim against this page's run and every current stored run of its kind,
-  raising :class:`~mlexp.seedstats.ClaimContradicted` (which fails the build) otherwise.
+- in a seed run (:mod:`mlexp.seedruns`) only glues this run's fingerprint
+  and machine, so the runner can store them with the numbers, and returns
+  ``None``;
+- in a build, reads ``<chapter>.seeds.json`` and keeps the stored runs of
+  this build's kind of arithmetic (CPU float32 or CUDA bfloat16: numbers of
+  the two kinds differ by more than rounding and are never mixed);
+- puts this page's run in the table as the entry of its own seed offset, so
+  one seed never shows two numbers, and the mean and standard deviation
+  include it;
+- says which machines made the stored runs and this one, and how far this
+  build lies from the stored run of its offset against the spread between
+  seeds: within the spread is the normal case on another CPU, beyond it is
+  said plainly;
+- warns, naming what changed, when the stored runs were made with other
+  code, library, corpus or PyTorch (stale data, which the Seed runs workflow
+  refreshes);
+- checks every claim against this page's run and every current stored run of
+  its kind, raising :class:`~mlexp.seedstats.ClaimContradicted` (which fails
+  the build) otherwise.
 """
 
 from __future__ import annotations
@@ -38,42 +45,57 @@ __all__ = ["SeedSection", "seed_section", "timing_note", "PROVENANCE_KEY"]
 #: The glue key under which a seed run hands its provenance to the runner.
 PROVENANCE_KEY = "seed_provenance"
 
-KIND_NAMES = {"cpu-fp32": "CPU (float32)", "cuda-bf16": "CUDA GPU (bfloat16)"}
+KIND_NAMES = {
+    "cpu-fp32": "CPU (float32)",
+    "cuda-bf16": "CUDA GPU (bfloat16)",
+}
 
 Claims = Mapping[str, Callable[[Mapping[str, float]], bool]]
 
 
 @dataclasses.dataclass
 class SeedSection:
-    """What the section shows: the runs by offset (this page's included) and its Markdown."""
+    """What the section shows: the runs by offset (this page's included) and
+    its Markdown."""
 
     runs: dict[int, dict[str, float]]
     markdown: str
-    current: bool  # the stored runs were made with this build's code, library and data
+    # the stored runs were made with this build's code, library and data
+    current: bool
 
 
 def _stored_runs(notebook: str) -> list[dict]:
-    """The runs in ``<chapter>.seeds.json``, beside the chapter or from the repository."""
+    """The runs in ``<chapter>.seeds.json``, beside the chapter or from the
+    repository."""
     data_file = pathlib.Path(notebook).with_suffix("").name + ".seeds.json"
-    repo_path = str(pathlib.PurePosixPath(notebook).with_suffix("")) + ".seeds.json"
+    repo_path = (
+        str(pathlib.PurePosixPath(notebook).with_suffix("")) + ".seeds.json"
+    )
     return seedstats.load_seed_data(data_file, repo_path)["runs"]
 
 
 def _machine_of(run: dict) -> dict:
-    return run.get("provenance", {}).get("machine", {})
+    """A stored run's machine; older runs recorded none."""
+    machine = run.get("provenance", {}).get("machine")
+    return machine if isinstance(machine, dict) else {}
 
 
 def _names(runs: list[dict]) -> str:
-    names = sorted({_machine_of(r).get("name", "an unrecorded machine") for r in runs})
+    names = sorted(
+        {_machine_of(r).get("name", "an unrecorded machine") for r in runs}
+    )
     return " and ".join(names)
 
 
 def _changed(here: Mapping[str, str], runs: list[dict]) -> list[str]:
-    """Ingredients whose hash differs between this build and any of ``runs``."""
+    """Ingredients whose hash differs between this build and any of
+    ``runs``."""
     changed = []
     for ingredient, words in provenance.INGREDIENTS.items():
-        theirs = {r.get("provenance", {}).get("fingerprint", {}).get(ingredient)
-                  for r in runs}
+        theirs = {
+            r.get("provenance", {}).get("fingerprint", {}).get(ingredient)
+            for r in runs
+        }
         if theirs != {here[ingredient]}:
             if ingredient == "torch":
                 old = ", ".join(sorted(str(t) for t in theirs))
@@ -82,19 +104,53 @@ def _changed(here: Mapping[str, str], runs: list[dict]) -> list[str]:
     return changed
 
 
-def _table(rows: Mapping[str, str], runs: Mapping[int, Mapping[str, float]],
-           offset: int) -> str:
+def _no_runs_of_this_kind(
+    kind: str, this_name: str, others: list[dict]
+) -> str:
+    text = (
+        f"This page was built on {this_name}, and no seed runs of its "
+        f"kind ({KIND_NAMES.get(kind, kind)}) are stored yet, so the table "
+        "shows this page's run alone."
+    )
+    if others:
+        kinds = sorted(
+            {
+                KIND_NAMES.get(_machine_of(r).get("kind"), "?")
+                for r in others
+            }
+        )
+        text += (
+            f" The stored runs were made on {_names(others)} "
+            f"({', '.join(kinds)}) and are not mixed with this page's "
+            "numbers."
+        )
+    return text + (
+        " The Seed runs workflow, started on a machine of this kind, "
+        "adds them."
+    )
+
+
+def _table(
+    rows: Mapping[str, str],
+    runs: Mapping[int, Mapping[str, float]],
+    offset: int,
+) -> str:
     offsets = sorted(runs)
     n = len(offsets)
-    header = (f"| Run | This page (seed offset {offset}) | Mean ± sd, {n} seeds | "
-              f"Seeds {' / '.join(map(str, offsets))} |")
+    header = (
+        f"| Run | This page (seed offset {offset}) | Mean ± sd, {n} "
+        "seeds | "
+        f"Seeds {' / '.join(map(str, offsets))} |"
+    )
     lines = [header, "|---|---|---|---|"]
     for label, key in rows.items():
         column = [runs[o][key] for o in offsets]
         mean, sd = seedstats.mean_sd(column)
         spread = f"{mean:.3f} ± {sd:.3f}" if n > 1 else "—"
         each = " / ".join(f"{v:.3f}" for v in column)
-        lines.append(f"| {label} | {runs[offset][key]:.3f} | {spread} | {each} |")
+        lines.append(
+            f"| {label} | {runs[offset][key]:.3f} | {spread} | {each} |"
+        )
     return "\n".join(lines)
 
 
@@ -102,20 +158,28 @@ def _admonition(kind: str, css_class: str, text: str) -> str:
     return f"\n\n```{{{kind}}}\n:class: {css_class}\n{text}\n```"
 
 
-def seed_section(notebook: str, rows: Mapping[str, str],
-                 current: Mapping[str, float], claims: Claims | None = None,
-                 device: str | torch.device | None = None) -> SeedSection | None:
-    """Build a chapter's seed table and check its claims; ``None`` in a seed run.
+def seed_section(
+    notebook: str,
+    rows: Mapping[str, str],
+    current: Mapping[str, float],
+    claims: Claims | None = None,
+    device: str | torch.device | None = None,
+) -> SeedSection | None:
+    """Build a chapter's seed table and check its claims; ``None`` in a seed
+    run.
 
-    ``notebook`` is the chapter's path in the repository (``book/part1/chapter01.ipynb``);
-    the kernel runs in its folder, where ``<chapter>.seeds.json`` lives. ``rows`` maps
-    each row label to a glue key, ``current`` holds this page's value of every key, and
-    ``claims`` maps each sentence the chapter states to a test of one run's values.
+    ``notebook`` is the chapter's path in the repository
+    (``book/part1/chapter01.ipynb``); the kernel runs in its folder, where
+    ``<chapter>.seeds.json`` lives. ``rows`` maps each row label to a glue
+    key, ``current`` holds this page's value of every key, and ``claims``
+    maps each sentence the chapter states to a test of one run's values.
     """
     device = default_device(device)
     local = pathlib.Path(notebook).name
-    here = {"fingerprint": provenance.fingerprint(local),
-            "machine": provenance.machine(device)}
+    here = {
+        "fingerprint": provenance.fingerprint(local),
+        "machine": provenance.machine(device),
+    }
     if in_seed_run():
         glue(PROVENANCE_KEY, json.dumps(here, sort_keys=True))
         return None
@@ -128,73 +192,102 @@ def seed_section(notebook: str, rows: Mapping[str, str],
     own = [r for r in stored if _machine_of(r).get("kind") == kind]
     others = [r for r in stored if r not in own]
 
-    runs = {int(r["offset"]): {k: float(r["values"][k]) for k in keys} for r in own}
+    runs = {
+        int(r["offset"]): {k: float(r["values"][k]) for k in keys}
+        for r in own
+    }
     before = runs.get(offset)
     runs[offset] = {k: float(current[k]) for k in keys}
     table = _table(rows, runs, offset)
     changed = _changed(here["fingerprint"], own) if own else []
 
     if not own:
-        made = (f" The stored runs were made on {_names(others)}"
-                f" ({', '.join(sorted({KIND_NAMES.get(_machine_of(r).get('kind'), 'another kind') for r in others}))})"
-                " and are not mixed with this page's numbers." if others else "")
         note = _admonition(
-            "note", "seed-drift",
-            f"This page was built on {this_name}, and no seed runs of its kind "
-            f"({KIND_NAMES.get(kind, kind)}) are stored yet, so the table shows this "
-            f"page's run alone.{made} The Seed runs workflow, started on a machine "
-            "of this kind, adds them.")
+            "note",
+            "seed-drift",
+            _no_runs_of_this_kind(kind, this_name, others),
+        )
     elif changed:
         note = _admonition(
-            "warning", "stale-seed-data",
-            f"The stored seed runs are stale: {', '.join(changed)} changed since "
-            f"they were made (on {_names(own)}), so their numbers may not match this "
-            "page's. Rerun the seeds (the Seed runs workflow, or see the README) to "
-            "refresh them.")
+            "warning",
+            "stale-seed-data",
+            f"The stored seed runs are stale: {', '.join(changed)} changed "
+            f"since they were made (on {_names(own)}), so their numbers "
+            "may not match this page's. Rerun the seeds (the Seed runs "
+            "workflow, or see the README) to refresh them.",
+        )
     elif before is None:
-        note = (f"\n\nThe stored runs were made on {_names(own)}; this page was built on "
-                f"{this_name}, with seed offset {offset}, which has no stored run.")
+        note = (
+            f"\n\nThe stored runs were made on {_names(own)}; this page "
+            f"was built on {this_name}, with seed offset {offset}, which "
+            "has no stored run."
+        )
     else:
         drift, drift_key = seedstats.largest_drift(current, before, keys)
         stored_runs = {int(r["offset"]): r["values"] for r in own}
         spread, spread_key = seedstats.largest_spread(stored_runs, keys)
-        where = (f"The stored runs were made on {_names(own)}; this page was built on "
-                 f"{this_name}.")
-        gap = (f"This build's values are at most {drift:.3f} from the stored run with "
-               f"seed offset {offset} ({drift_key})")
+        where = (
+            f"The stored runs were made on {_names(own)}; this page was "
+            f"built on {this_name}."
+        )
+        gap = (
+            f"This build's values are at most {drift:.3f} from the stored "
+            f"run with seed offset {offset} ({drift_key})"
+        )
         if drift <= spread:
-            note = (f"\n\n{where} {gap}; the spread between seeds is up to "
-                    f"{spread:.3f} (the standard deviation of {spread_key}), so the two "
-                    "machines tell the same story.")
+            note = (
+                f"\n\n{where} {gap}; the spread between seeds is up to "
+                f"{spread:.3f} (the standard deviation of {spread_key}), "
+                "so the two machines tell the same story."
+            )
         else:
             note = _admonition(
-                "warning", "seed-drift",
-                f"{where} {gap}, more than the seeds differ from each other (standard "
-                f"deviation up to {spread:.3f}, {spread_key}). The two machines' "
-                "arithmetic differs by more than a change of seed would; read the "
-                "mean and spread with that in mind, and rerun the seeds on this "
-                "machine to compare like with like.")
+                "warning",
+                "seed-drift",
+                f"{where} {gap}, more than the seeds differ from each "
+                f"other (standard deviation up to {spread:.3f}, "
+                f"{spread_key}). The two machines' arithmetic differs by "
+                "more than a change of seed would; read the mean and "
+                "spread with that in mind, and rerun the seeds on this "
+                "machine to compare like with like.",
+            )
 
-    # Claims hold in this page's run and in every stored run made with the same code.
+    # Claims hold in this page's run and in every stored run made with the
+    # same code.
     checked = {o: v for o, v in runs.items() if o != offset}
     if changed:
         checked = {}
     for claim, holds in (claims or {}).items():
-        seedstats.check_claim(claim, holds, {**checked, "this build": runs[offset]})
-    return SeedSection(runs=runs, markdown=table + note, current=bool(own) and not changed)
+        seedstats.check_claim(
+            claim, holds, {**checked, "this build": runs[offset]}
+        )
+    return SeedSection(
+        runs=runs, markdown=table + note, current=bool(own) and not changed
+    )
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} seconds" if seconds < 120 else f"{seconds / 60:.1f} minutes"
+    return (
+        f"{seconds:.0f} seconds"
+        if seconds < 120
+        else f"{seconds / 60:.1f} minutes"
+    )
 
 
-def timing_note(notebook: str, key: str, seconds: float, lead: str,
-                device: str | torch.device | None = None) -> str:
-    """A sentence for the prose before a long cell: how long it took here and on a GPU.
+def timing_note(
+    notebook: str,
+    key: str,
+    seconds: float,
+    lead: str,
+    device: str | torch.device | None = None,
+) -> str:
+    """A sentence for the prose before a long cell: how long it took here
+    and on a GPU.
 
-    ``seconds`` is this build's time, glued under ``key``; the GPU figure comes from the
-    chapter's stored seed runs of kind ``cuda-bf16``, which glued the same key, when
-    there are any. ``lead`` starts the sentence ("The next cell trains for").
+    ``seconds`` is this build's time, glued under ``key``; the GPU figure
+    comes from the chapter's stored seed runs of kind ``cuda-bf16``, which
+    glued the same key, when there are any. ``lead`` starts the sentence
+    ("The next cell trains for").
     """
     name = provenance.machine(default_device(device))["name"]
     text = f"{lead} {_duration(seconds)} in this build, on {name}."
@@ -202,10 +295,16 @@ def timing_note(notebook: str, key: str, seconds: float, lead: str,
         stored = _stored_runs(notebook)
     except FileNotFoundError:
         return text
-    on_gpu = [r for r in stored
-              if _machine_of(r).get("kind", "").startswith("cuda") and key in r["values"]]
+    on_gpu = [
+        r
+        for r in stored
+        if _machine_of(r).get("kind", "").startswith("cuda")
+        and key in r["values"]
+    ]
     if on_gpu:
         run = on_gpu[0]
-        return (f"{text} On {_machine_of(run)['name']} it took "
-                f"{_duration(float(run['values'][key]))}.")
+        return (
+            f"{text} On {_machine_of(run)['name']} it took "
+            f"{_duration(float(run['values'][key]))}."
+        )
     return f"{text} No GPU time for it has been recorded yet."

@@ -1,9 +1,11 @@
-"""``train_side_by_side``: train independent models at once on a CPU's idle cores.
+"""``train_side_by_side``: train independent models at once on a CPU's idle
+cores.
 
-A chapter's ablation trains several small models that share nothing. One of them keeps only
-one or two cores busy (its matrices are small), so on a CPU with more cores the models train
-in worker processes, each with its share of PyTorch's threads. Each model's numbers are the
-ones ``train_lm`` gives it alone with the same number of threads, bit for bit.
+A chapter's ablation trains several small models that share nothing. One of
+them keeps only one or two cores busy (its matrices are small), so on a CPU
+with more cores the models train in worker processes, each with its share of
+PyTorch's threads. Each model's numbers are the ones ``train_lm`` gives it
+alone with the same number of threads, bit for bit.
 """
 
 from __future__ import annotations
@@ -19,17 +21,25 @@ from torch import Tensor
 
 from .train import default_device, train_lm
 
-__all__ = ["train_side_by_side", "plan_workers", "cpu_budget", "cgroup_cpus"]
+__all__ = [
+    "train_side_by_side",
+    "plan_workers",
+    "cpu_budget",
+    "cgroup_cpus",
+]
 
 
 def cgroup_cpus(root: Path = Path("/sys/fs/cgroup")) -> int | None:
-    """Whole CPUs that a container's cgroup quota allows (v2 or v1), or None without a quota."""
+    """Whole CPUs that a container's cgroup quota allows (v2 or v1), or None
+    without a quota."""
     try:
         quota, period = (root / "cpu.max").read_text().split()
     except (OSError, ValueError):
         try:
             quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
-            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+            period = (
+                (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+            )
         except OSError:
             return None
     if quota in ("max", "-1"):
@@ -38,26 +48,37 @@ def cgroup_cpus(root: Path = Path("/sys/fs/cgroup")) -> int | None:
 
 
 def cpu_budget() -> int:
-    """PyTorch's thread count, capped by the container's CPU quota where one is set.
+    """PyTorch's thread count, capped by the container's CPU quota where one
+    is set.
 
-    Binder and Docker limit a process's CPU time without hiding the host's cores, so
-    ``torch.get_num_threads()`` alone would start one worker per core of the host.
+    Binder and Docker limit a process's CPU time without hiding the host's
+    cores, so ``torch.get_num_threads()`` alone would start one worker per
+    core of the host.
     """
     threads, quota = torch.get_num_threads(), cgroup_cpus()
     return threads if quota is None else min(threads, quota)
 
 
 def plan_workers(n_models: int, threads: int) -> tuple[int, int]:
-    """How many worker processes, and PyTorch threads in each, for ``n_models`` on ``threads``.
+    """How many worker processes, and PyTorch threads in each, for
+    ``n_models`` on ``threads``.
 
-    One worker per thread up to one per model; leftover threads are shared out evenly.
+    One worker per thread up to one per model; leftover threads are shared
+    out evenly.
     """
     workers = max(1, min(n_models, threads))
     return workers, max(1, threads // workers)
 
 
-def _train_one(pickled_model: bytes, train_ids: Tensor, val_ids: Tensor, threads: int, kwargs: dict):
-    """Worker body: train a model with ``threads`` threads; return its history and weights."""
+def _train_one(
+    pickled_model: bytes,
+    train_ids: Tensor,
+    val_ids: Tensor,
+    threads: int,
+    kwargs: dict,
+):
+    """Worker body: train a model with ``threads`` threads; return its
+    history and weights."""
     torch.set_num_threads(threads)
     model = pickle.loads(pickled_model)
     history = train_lm(model, train_ids, val_ids, **kwargs)
@@ -65,7 +86,8 @@ def _train_one(pickled_model: bytes, train_ids: Tensor, val_ids: Tensor, threads
 
 
 def _pickled(models: dict[str, nn.Module]) -> dict[str, bytes] | None:
-    """Each model as bytes for a fresh process, or None if one cannot go (a notebook's class)."""
+    """Each model as bytes for a fresh process, or None if one cannot go (a
+    notebook's class)."""
     try:
         return {name: pickle.dumps(model) for name, model in models.items()}
     except (pickle.PicklingError, AttributeError, TypeError):
@@ -80,26 +102,39 @@ def train_side_by_side(
     block_size: int,
     **train_kwargs,
 ) -> dict[str, dict[str, list]]:
-    """Train each model with ``train_lm`` and return their histories under the same names.
+    """Train each model with ``train_lm`` and return their histories under
+    the same names.
 
-    On a CPU, the models train in worker processes, as many at a time as PyTorch has threads
-    (see ``cpu_budget``), each worker with ``threads // workers`` of them; the trained weights
-    are copied back into ``models``. Each worker holds its own PyTorch, about 0.6 GB while it
-    trains a 6-block model of Chapter 1. On a GPU, with one thread, or when a model cannot be
-    sent to another process, the models train one after another in this process.
+    On a CPU, the models train in worker processes, as many at a time as
+    PyTorch has threads (see ``cpu_budget``), each worker with ``threads //
+    workers`` of them; the trained weights are copied back into ``models``.
+    Each worker holds its own PyTorch, about 0.6 GB while it trains a
+    6-block model of Chapter 1. On a GPU, with one thread, or when a model
+    cannot be sent to another process, the models train one after another in
+    this process.
     """
     kwargs = dict(train_kwargs, steps=steps, block_size=block_size)
     workers, threads = plan_workers(len(models), cpu_budget())
     on_cpu = default_device(kwargs.get("device")).type == "cpu"
     pickled = _pickled(models) if on_cpu and workers > 1 else None
     if pickled is None:
-        return {name: train_lm(model, train_ids, val_ids, **kwargs) for name, model in models.items()}
+        return {
+            name: train_lm(model, train_ids, val_ids, **kwargs)
+            for name, model in models.items()
+        }
 
-    # spawn, not fork: a forked child of a process that has used OpenMP's threads can hang.
+    # spawn, not fork: a forked child of a process that has used OpenMP's
+    # threads can hang.
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = {name: pool.submit(_train_one, data, train_ids, val_ids, threads, kwargs)
-                   for name, data in pickled.items()}
+    with concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context
+    ) as pool:
+        futures = {
+            name: pool.submit(
+                _train_one, data, train_ids, val_ids, threads, kwargs
+            )
+            for name, data in pickled.items()
+        }
         histories = {}
         for name, future in futures.items():
             histories[name], weights = future.result()

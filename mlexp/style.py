@@ -1,7 +1,8 @@
-"""The book's figure style: one palette, readable on the site's light and dark themes.
+"""The book's figure style: one palette, readable on the site's light and
+dark themes.
 
-Figures keep an opaque white background, so they read the same on either theme; the
-dark theme's stylesheet frames them rather than recolouring them.
+Figures keep an opaque white background, so they read the same on either
+theme; the dark theme's stylesheet frames them rather than recolouring them.
 """
 
 from __future__ import annotations
@@ -24,12 +25,23 @@ PALETTE = {
 
 
 def setup_style() -> None:
-    """Apply the book's matplotlib style and, inside Jupyter, render figures as SVG."""
+    """Apply the book's matplotlib style and, inside Jupyter, render figures
+    as SVG."""
     ink = PALETTE["ink"]
     mpl.rcParams.update(
         {
             "axes.prop_cycle": mpl.cycler(
-                color=[PALETTE[c] for c in ("blue", "orange", "green", "red", "purple", "grey")]
+                color=[
+                    PALETTE[c]
+                    for c in (
+                        "blue",
+                        "orange",
+                        "green",
+                        "red",
+                        "purple",
+                        "grey",
+                    )
+                ]
             ),
             "figure.figsize": (6.4, 3.6),
             "figure.dpi": 100,
@@ -55,8 +67,8 @@ def setup_style() -> None:
         }
     )
     try:
-        from matplotlib_inline.backend_inline import set_matplotlib_formats
         from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
 
         if get_ipython() is not None:
             set_matplotlib_formats("svg")

@@ -1,8 +1,10 @@
-"""``train_lm``: the short training loop every chapter uses to compare its models.
+"""``train_lm``: the short training loop every chapter uses to compare its
+models.
 
-One fixed recipe (AdamW, linear warm-up then cosine decay, gradient clipping), so that
-when a chapter changes one block, the block is the only thing that changed. Batches and
-evaluation windows are drawn from generators seeded through :mod:`mlexp.seeds`.
+One fixed recipe (AdamW, linear warm-up then cosine decay, gradient
+clipping), so that when a chapter changes one block, the block is the only
+thing that changed. Batches and evaluation windows are drawn from generators
+seeded through :mod:`mlexp.seeds`.
 """
 
 from __future__ import annotations
@@ -24,25 +26,38 @@ BATCH_SEED = 1337
 EVAL_SEED = 2024
 
 
-def default_device(device: str | torch.device | None = None) -> torch.device:
-    """``device`` when one is given; otherwise CUDA when a GPU is present, the CPU if not."""
+def default_device(
+    device: str | torch.device | None = None,
+) -> torch.device:
+    """``device`` when one is given; otherwise CUDA when a GPU is present,
+    the CPU if not."""
     if device is not None:
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _windows(ids: Tensor, starts: Tensor, block_size: int) -> tuple[Tensor, Tensor]:
-    """Inputs and next-token targets for windows starting at ``starts``: two (B, block_size)."""
-    rows = ids.unfold(0, block_size + 1, 1)[starts]  # (B, block_size + 1), no copy of the corpus
+def _windows(
+    ids: Tensor, starts: Tensor, block_size: int
+) -> tuple[Tensor, Tensor]:
+    """Inputs and next-token targets for windows starting at ``starts``: two
+    (B, block_size)."""
+    # (B, block_size + 1), no copy of the corpus
+    rows = ids.unfold(0, block_size + 1, 1)[starts]
     return rows[:, :-1], rows[:, 1:]
 
 
-def _lr_at(step: int, steps: int, lr: float, warmup: int, min_ratio: float = 0.1) -> float:
-    """Linear warm-up, then cosine decay to ``min_ratio * lr`` at the last step."""
+def _lr_at(
+    step: int, steps: int, lr: float, warmup: int, min_ratio: float = 0.1
+) -> float:
+    """Linear warm-up, then cosine decay to ``min_ratio * lr`` at the last
+    step."""
     if step < warmup:
         return lr * (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
-    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return lr * (
+        min_ratio
+        + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    )
 
 
 def train_lm(
@@ -62,22 +77,28 @@ def train_lm(
     seed: int = 0,
     device: str | torch.device | None = None,
 ) -> dict[str, list]:
-    """Train a language model with next-token prediction and return its loss history.
+    """Train a language model with next-token prediction and return its loss
+    history.
 
-    Evaluates the mean loss on fixed windows of the training and validation text at step
-    0, every ``eval_every`` steps and at the end. Returns a dict of lists: ``step``,
-    ``train``, ``val``, ``time`` (seconds since the start) and ``eval_time`` (seconds that
-    evaluation took), one entry per evaluation. The model stays on
-    ``device`` (CUDA when available) and remembers ``block_size`` as its context length.
+    Evaluates the mean loss on fixed windows of the training and validation
+    text at step 0, every ``eval_every`` steps and at the end. Returns a
+    dict of lists: ``step``, ``train``, ``val``, ``time`` (seconds since the
+    start) and ``eval_time`` (seconds that evaluation took), one entry per
+    evaluation. The model stays on ``device`` (CUDA when available) and
+    remembers ``block_size`` as its context length.
     """
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
         if ids.dim() != 1 or len(ids) <= block_size:
             raise ValueError(
-                f"{name} has {len(ids):,} tokens, too few for block_size={block_size}; "
+                f"{name} has {len(ids):,} tokens, too few for "
+                f"block_size={block_size}; "
                 "use a shorter block_size or a larger split"
             )
     if steps < 1 or eval_every < 1:
-        raise ValueError(f"steps={steps} and eval_every={eval_every} must both be at least 1")
+        raise ValueError(
+            f"steps={steps} and eval_every={eval_every} must both be at "
+            "least 1"
+        )
 
     device = default_device(device)
     on_cuda = device.type == "cuda"
@@ -88,18 +109,33 @@ def train_lm(
     # Decay the matrices, not the gains of the norms.
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {
+            "params": [p for p in params if p.dim() >= 2],
+            "weight_decay": weight_decay,
+        },
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99), fused=on_cuda or None)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if on_cuda else contextlib.nullcontext()
+    optimizer = torch.optim.AdamW(
+        groups, lr=lr, betas=(0.9, 0.99), fused=on_cuda or None
+    )
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if on_cuda
+        else contextlib.nullcontext()
+    )
 
-    batch_gen = torch.Generator(device="cpu").manual_seed(shifted(BATCH_SEED))
+    batch_gen = torch.Generator(device="cpu").manual_seed(
+        shifted(BATCH_SEED)
+    )
     eval_gen = torch.Generator(device="cpu").manual_seed(shifted(EVAL_SEED))
     n_eval = eval_batches * batch_size
     eval_starts = {
-        "train": torch.randint(len(train_ids) - block_size, (n_eval,), generator=eval_gen).to(device),
-        "val": torch.randint(len(val_ids) - block_size, (n_eval,), generator=eval_gen).to(device),
+        "train": torch.randint(
+            len(train_ids) - block_size, (n_eval,), generator=eval_gen
+        ).to(device),
+        "val": torch.randint(
+            len(val_ids) - block_size, (n_eval,), generator=eval_gen
+        ).to(device),
     }
     splits = {"train": train_ids, "val": val_ids}
 
@@ -118,7 +154,13 @@ def train_lm(
         model.train()
         return means
 
-    history: dict[str, list] = {"step": [], "train": [], "val": [], "time": [], "eval_time": []}
+    history: dict[str, list] = {
+        "step": [],
+        "train": [],
+        "val": [],
+        "time": [],
+        "eval_time": [],
+    }
     start = time.perf_counter()
 
     def record(step: int) -> None:
@@ -126,18 +168,29 @@ def train_lm(
         losses = evaluate()
         now = time.perf_counter()
         elapsed = now - start
-        for key, value in (("step", step), ("train", losses["train"]), ("val", losses["val"]), ("time", elapsed),
-                           ("eval_time", now - eval_start)):
+        for key, value in (
+            ("step", step),
+            ("train", losses["train"]),
+            ("val", losses["val"]),
+            ("time", elapsed),
+            ("eval_time", now - eval_start),
+        ):
             history[key].append(value)
         if log:
-            print(f"step {step:4d}  train {losses['train']:.3f}  val {losses['val']:.3f}  ({elapsed:.0f}s)", flush=True)
+            print(
+                f"step {step:4d}  train {losses['train']:.3f}  val "
+                f"{losses['val']:.3f}  ({elapsed:.0f}s)",
+                flush=True,
+            )
 
     model.train()
     record(0)
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = _lr_at(step, steps, lr, warmup)
-        starts = torch.randint(len(train_ids) - block_size, (batch_size,), generator=batch_gen).to(device)
+        starts = torch.randint(
+            len(train_ids) - block_size, (batch_size,), generator=batch_gen
+        ).to(device)
         x, y = _windows(train_ids, starts, block_size)
         with autocast:
             _, loss = model(x, y)

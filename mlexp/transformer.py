@@ -1,14 +1,15 @@
 """The modern Transformer of Chapter 1, one small module per building block.
 
-Read top to bottom: position (RoPE), attention, feed-forward (SwiGLU), normalization
-(RMSNorm), the pre-norm block, then the two models that share it: a decoder-only
-language model and a Vision Transformer.
+Read top to bottom: position (RoPE), attention, feed-forward (SwiGLU),
+normalization (RMSNorm), the pre-norm block, then the two models that share
+it: a decoder-only language model and a Vision Transformer.
 
-The blocks follow the Llama convention (pre-norm, RMSNorm with a learned gain, half-split
-RoPE with base 10000, SwiGLU with gate/up/down and no biases, one fused q|k|v projection),
-so the weights map one to one onto a standard Llama implementation. Later chapters swap
-one block at a time, so variants are modules passed in (``ffn=``, ``make_ffn=``,
-``WriteNothing``) rather than flags threaded through ``forward``.
+The blocks follow the Llama convention (pre-norm, RMSNorm with a learned
+gain, half-split RoPE with base 10000, SwiGLU with gate/up/down and no
+biases, one fused q|k|v projection), so the weights map one to one onto a
+standard Llama implementation. Later chapters swap one block at a time, so
+variants are modules passed in (``ffn=``, ``make_ffn=``, ``WriteNothing``)
+rather than flags threaded through ``forward``.
 """
 
 from __future__ import annotations
@@ -34,61 +35,80 @@ __all__ = [
 ]
 
 
-# --- Chapter 1, step 1: position -------------------------------------------------------
+# --- Chapter 1, step 1: position ------------------------------------------
 
 
 @functools.lru_cache(maxsize=32)
-def rope_cos_sin(seq: int, head_dim: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def rope_cos_sin(
+    seq: int, head_dim: int, device: torch.device, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
     """Cosines and sines of RoPE's angles, shape (seq, head_dim // 2) each.
 
-    Channel pair i at position p turns by the angle p * 10000^(-i / half). The table
-    depends only on the shape, so it is computed once and reused by every call.
+    Channel pair i at position p turns by the angle p * 10000^(-i / half).
+    The table depends only on the shape, so it is computed once and reused
+    by every call.
     """
     half = head_dim // 2
     freqs = 10000.0 ** (-torch.arange(half, dtype=torch.float64) / half)
-    angles = torch.arange(seq, dtype=torch.float64)[:, None] * freqs[None, :]  # (seq, half)
+    # (seq, half)
+    angles = (
+        torch.arange(seq, dtype=torch.float64)[:, None] * freqs[None, :]
+    )
     return angles.cos().to(device, dtype), angles.sin().to(device, dtype)
 
 
 def apply_rope(x: Tensor) -> Tensor:
     """Rotary position embedding for a (batch, heads, seq, head_dim) tensor.
 
-    Channel i of the first half and channel i of the second half form a pair that is
-    rotated by a position-dependent angle. A rotated query and a rotated key then have
-    a dot product that depends only on how far apart their positions are.
+    Channel i of the first half and channel i of the second half form a pair
+    that is rotated by a position-dependent angle. A rotated query and a
+    rotated key then have a dot product that depends only on how far apart
+    their positions are.
     """
     seq, head_dim = x.shape[-2], x.shape[-1]
     cos, sin = rope_cos_sin(seq, head_dim, x.device, x.dtype)
-    x1, x2 = x.chunk(2, dim=-1)  # (..., seq, head_dim) -> two (..., seq, head_dim // 2)
+    # (..., seq, head_dim) -> two (..., seq, head_dim // 2)
+    x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-# --- Chapter 1, step 2: attention ------------------------------------------------------
+# --- Chapter 1, step 2: attention -----------------------------------------
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention, the only place where tokens exchange information."""
+    """Multi-head self-attention, where tokens exchange information."""
 
-    def __init__(self, dim: int, n_heads: int, causal: bool = True, rope: bool = True):
+    def __init__(
+        self, dim: int, n_heads: int, causal: bool = True, rope: bool = True
+    ):
         super().__init__()
         if dim % n_heads:
-            raise ValueError(f"dim={dim} must be divisible by n_heads={n_heads}; pick n_heads that divides dim")
+            raise ValueError(
+                f"dim={dim} must be divisible by n_heads={n_heads}; pick "
+                "n_heads that divides dim"
+            )
         self.n_heads, self.causal, self.rope = n_heads, causal, rope
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)  # q | k | v, in that order
+        # q | k | v, in that order
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.out = nn.Linear(dim, dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)  # three (B, T, C)
-        # (B, T, C) -> (B, n_heads, T, head_dim): each head attends on its own slice
-        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        # (B, T, C) -> (B, n_heads, T, head_dim): each head attends on its
+        # own slice
+        q, k, v = (
+            t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
+            for t in (q, k, v)
+        )
         if self.rope:
             q, k = apply_rope(q), apply_rope(k)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        return self.out(y.transpose(1, 2).reshape(B, T, C))  # (B, n_heads, T, head_dim) -> (B, T, C)
+        # (B, n_heads, T, head_dim) -> (B, T, C)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
 
 
-# --- Chapter 1, step 3: feed-forward, normalization, the block --------------------------
+# --- Chapter 1, step 3: feed-forward, normalization, the block ------------
 
 
 class SwiGLU(nn.Module):
@@ -96,7 +116,8 @@ class SwiGLU(nn.Module):
 
     def __init__(self, dim: int, hidden: int | None = None):
         super().__init__()
-        hidden = hidden or int(8 * dim / 3)  # three matrices of dim x 8d/3 match a 4x MLP's two
+        # three matrices of dim x 8d/3 match a 4x MLP's two
+        hidden = hidden or int(8 * dim / 3)
         self.gate = nn.Linear(dim, hidden, bias=False)
         self.up = nn.Linear(dim, hidden, bias=False)
         self.down = nn.Linear(hidden, dim, bias=False)
@@ -106,7 +127,8 @@ class SwiGLU(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """Scale each token vector to unit root-mean-square, then by a learned per-channel gain."""
+    """Scale each token vector to unit root-mean-square, then by a learned
+    per-channel gain."""
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
@@ -114,11 +136,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps))
+        return self.weight * (
+            x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        )
 
 
 class Block(nn.Module):
-    """Pre-norm Transformer block: x + attn(norm(x)), then x + ffn(norm(x))."""
+    """Pre-norm block: x + attn(norm(x)), then x + ffn(norm(x))."""
 
     def __init__(
         self,
@@ -145,20 +169,23 @@ class Block(nn.Module):
 
 
 class WriteNothing(nn.Module):
-    """Stand-in for a removed sub-layer: it adds zero to the residual stream."""
+    """Stand-in for a removed sub-layer: it adds zero to the residual
+    stream."""
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.zeros_like(x)
 
 
-# --- Chapter 1, step 4: the two models ---------------------------------------------------
+# --- Chapter 1, step 4: the two models ------------------------------------
 
 
 class TransformerLM(nn.Module):
-    """Decoder-only language model: embed tokens, run the blocks, predict the next token.
+    """Decoder-only language model: embed tokens, run the blocks, predict
+    the next token.
 
-    ``context_length`` is the longest sequence the model has been trained on; ``generate``
-    never feeds it more, because RoPE has not seen later positions. ``train_lm`` sets it.
+    ``context_length`` is the longest sequence the model has been trained
+    on; ``generate`` never feeds it more, because RoPE has not seen later
+    positions. ``train_lm`` sets it.
     """
 
     def __init__(
@@ -175,42 +202,70 @@ class TransformerLM(nn.Module):
         self.context_length = context_length
         self.embed = nn.Embedding(vocab_size, dim)
         self.blocks = nn.ModuleList(
-            Block(dim, n_heads, ffn=make_ffn(dim) if make_ffn else None, **block_kwargs) for _ in range(n_layers)
+            Block(
+                dim,
+                n_heads,
+                ffn=make_ffn(dim) if make_ffn else None,
+                **block_kwargs,
+            )
+            for _ in range(n_layers)
         )
         self.norm = RMSNorm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, include_aux: bool = True):
+    def forward(
+        self,
+        idx: Tensor,
+        targets: Tensor | None = None,
+        include_aux: bool = True,
+    ):
         x = self.embed(idx)  # (B, T) -> (B, T, dim)
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.norm(x))  # (B, T, dim) -> (B, T, vocab)
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # over all B * T positions
-        if include_aux:  # losses a block may add, such as a Mixture of Experts' load balancing
-            loss = loss + sum(getattr(b.ffn, "aux_loss", 0.0) for b in self.blocks)
+        # over all B * T positions
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        # losses a block may add, such as a Mixture of Experts' load
+        # balancing
+        if include_aux:
+            loss = loss + sum(
+                getattr(b.ffn, "aux_loss", 0.0) for b in self.blocks
+            )
         return logits, loss
 
     @torch.no_grad()
-    def generate(self, idx: Tensor, n_new: int, temperature: float = 1.0, context_length: int | None = None) -> Tensor:
-        """Append ``n_new`` sampled tokens to ``idx`` (B, T), reading at most the trained context."""
+    def generate(
+        self,
+        idx: Tensor,
+        n_new: int,
+        temperature: float = 1.0,
+        context_length: int | None = None,
+    ) -> Tensor:
+        """Append ``n_new`` sampled tokens to ``idx`` (B, T), reading at
+        most the trained context."""
         context = context_length or self.context_length
         idx = idx.to(self.head.weight.device)
         for _ in range(n_new):
-            window = idx if context is None else idx[:, -context:]  # (B, <= context)
+            # (B, <= context)
+            window = idx if context is None else idx[:, -context:]
             logits, _ = self(window)
-            probs = F.softmax(logits[:, -1] / temperature, dim=-1)  # (B, vocab)
+            # (B, vocab)
+            probs = F.softmax(logits[:, -1] / temperature, dim=-1)
             idx = torch.cat([idx, torch.multinomial(probs, 1)], dim=1)
         return idx
 
 
 class PatchEmbed(nn.Module):
-    """Cut an image into square patches and project each to a token vector."""
+    """Cut an image into square patches; project each to a token vector."""
 
     def __init__(self, patch: int, channels: int, dim: int):
         super().__init__()
-        self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=patch)  # one step per patch
+        # one step per patch
+        self.proj = nn.Conv2d(
+            channels, dim, kernel_size=patch, stride=patch
+        )
 
     def forward(self, images: Tensor) -> Tensor:
         # (B, C, H, W) -> (B, dim, H/p, W/p) -> (B, n_patches, dim)
@@ -218,7 +273,8 @@ class PatchEmbed(nn.Module):
 
 
 class VisionTransformer(nn.Module):
-    """Vision Transformer: patches in, the same blocks without a causal mask, a class out."""
+    """Vision Transformer: patches in, the same blocks without a causal
+    mask, a class out."""
 
     def __init__(
         self,
@@ -232,10 +288,17 @@ class VisionTransformer(nn.Module):
     ):
         super().__init__()
         if image % patch:
-            raise ValueError(f"image={image} must be a multiple of patch={patch} so the patches tile it")
+            raise ValueError(
+                f"image={image} must be a multiple of patch={patch} so "
+                "the patches tile it"
+            )
         self.embed = PatchEmbed(patch, channels, dim)
-        self.pos = nn.Parameter(torch.zeros(1, (image // patch) ** 2, dim))  # one learned vector per patch
-        self.blocks = nn.ModuleList(Block(dim, n_heads, causal=False, rope=False) for _ in range(n_layers))
+        # one learned vector per patch
+        self.pos = nn.Parameter(torch.zeros(1, (image // patch) ** 2, dim))
+        self.blocks = nn.ModuleList(
+            Block(dim, n_heads, causal=False, rope=False)
+            for _ in range(n_layers)
+        )
         self.norm = RMSNorm(dim)
         self.head = nn.Linear(dim, n_classes)
 
@@ -243,4 +306,5 @@ class VisionTransformer(nn.Module):
         x = self.embed(images) + self.pos  # (B, n_patches, dim)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x).mean(dim=1))  # average over patches: (B, dim) -> (B, n_classes)
+        # average over patches: (B, dim) -> (B, n_classes)
+        return self.head(self.norm(x).mean(dim=1))

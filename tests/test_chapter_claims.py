@@ -160,13 +160,13 @@ def test_position_costing_less_than_feed_forward_fails_the_build(chapter_dir, mo
     flipped = [1.74, 1.92, 2.49, 1.93, 1.72, 3.35]  # feed-forward now costs more than position
     stored = three_seeds()
     stored[1] = stored_run(1, flipped)
-    with pytest.raises(ClaimContradicted, match="removing RoPE costs more than removing the feed-forward"):
+    with pytest.raises(ClaimContradicted, match="removing RoPE costs more than removing the FFN"):
         run_seed_section(chapter_dir, monkeypatch, TYPICAL, stored)
 
 
 @pytest.mark.parametrize("variant, value, claim", [
     ("no normalization", 1.90, "removing normalization does not hurt at this size"),
-    ("no attention", 3.50, "removing the residual path is by far the most damaging change"),
+    ("no attention", 3.50, "removing the residual path hurts by far the most"),
     ("no position", 1.70, "removing RoPE hurts, but less than removing attention"),
 ])
 def test_a_contradicted_claim_fails_the_build(chapter_dir, monkeypatch, variant, value, claim):

@@ -37,3 +37,17 @@ def test_cache_is_kept_for_the_same_code_and_cleared_when_it_changes(monkeypatch
     fingerprint_ext.reset_stale_cache(fake_app(cache))
     assert not (cache / "executed-notebook").exists(), "mlexp changed: the cache must be emptied"
     assert (cache / fingerprint_ext.STAMP).read_text().strip() == "code-v2"
+
+
+def test_fingerprint_covers_the_stored_seed_runs(monkeypatch, tmp_path):
+    """A refreshed seed data file must re-execute its chapter: the seed table reads it."""
+    (tmp_path / "mlexp").mkdir()
+    (tmp_path / "mlexp" / "a.py").write_text("x = 1\n")
+    (tmp_path / "requirements.txt").write_text("torch\n")
+    seeds = tmp_path / "book" / "part1" / "chapter01.seeds.json"
+    seeds.parent.mkdir(parents=True)
+    seeds.write_text('{"runs": []}')
+    monkeypatch.setattr(fingerprint_ext, "ROOT", tmp_path)
+    before = fingerprint_ext.fingerprint()
+    seeds.write_text('{"runs": [{"offset": 0}]}')
+    assert fingerprint_ext.fingerprint() != before

@@ -1,9 +1,10 @@
 """Re-execute the notebooks when the code or data they import changes.
 
 Jupyter Book's execution cache keys each notebook on its code cells only, so a change
-to ``mlexp`` or to the corpus would otherwise reuse stale outputs. This extension hashes
-the library's sources, the corpus and the requirements, stores the hash beside the
-cache, and empties the cache when the hash changes. Prose-only edits keep the cache.
+to ``mlexp``, to the corpus or to a chapter's stored seed runs (which its seed table
+reads) would otherwise reuse stale outputs. This extension hashes the library's sources,
+the corpus, the requirements and the seed data, stores the hash beside the cache, and
+empties the cache when the hash changes. Prose-only edits keep the cache.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ STAMP = "mlexp-fingerprint.txt"
 
 
 def fingerprint() -> str:
-    """SHA-256 over every mlexp source file, the corpus and requirements.txt."""
+    """SHA-256 over mlexp's sources, the corpus, requirements.txt and the seed data."""
     sys.path.insert(0, str(ROOT))
     from mlexp.data import corpus_path
 
     digest = hashlib.sha256()
     files = sorted((ROOT / "mlexp").rglob("*.py")) + [ROOT / "requirements.txt", corpus_path()]
+    files += sorted((ROOT / "book").glob("part*/*.seeds.json"))
     for path in files:
         digest.update(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name).encode())
         digest.update(path.read_bytes())

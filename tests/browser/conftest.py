@@ -29,7 +29,7 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-BUILD_COMMAND = 'jupyter-book build book/ --config _config.yml --toc "$PWD/_toc.yml" -W --keep-going'
+BUILD_COMMAND = 'jupyter-book build book/ -W --keep-going'
 NODE_MODULES = HERE / "node_modules"
 AXE_JS = NODE_MODULES / "axe-core" / "axe.min.js"
 
