@@ -24,6 +24,7 @@ from torch import Tensor
 __all__ = [
     "CharTokenizer",
     "load_char_corpus",
+    "load_text_split",
     "corpus_path",
     "TINYSHAKESPEARE_URL",
     "TINYSHAKESPEARE_SHA256",
@@ -166,6 +167,31 @@ def corpus_path(
     return cached
 
 
+def load_text_split(
+    path: str | os.PathLike | None = None,
+    *,
+    val_fraction: float = 0.1,
+    url: str = TINYSHAKESPEARE_URL,
+    sha256: str | None = TINYSHAKESPEARE_SHA256,
+) -> tuple[str, str]:
+    """The corpus as text, split by position: the first 90% of its
+    characters train, the last 10% validate.
+
+    Every tokenizer of the book learns from the training text only and is
+    judged on the same validation text, the one ``load_char_corpus``
+    holds out.
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(
+            f"val_fraction={val_fraction} must lie strictly between 0 and 1"
+        )
+    text = corpus_path(path, url=url, sha256=sha256).read_text(
+        encoding="utf-8"
+    )
+    n_train = int(len(text) * (1.0 - val_fraction))
+    return text[:n_train], text[n_train:]
+
+
 def load_char_corpus(
     path: str | os.PathLike | None = None,
     *,
@@ -181,14 +207,8 @@ def load_char_corpus(
     seen. For a corpus of your own, pass ``path=...`` and ``sha256=None``
     (or its checksum).
     """
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(
-            f"val_fraction={val_fraction} must lie strictly between 0 and 1"
-        )
-    text = corpus_path(path, url=url, sha256=sha256).read_text(
-        encoding="utf-8"
+    train, val = load_text_split(
+        path, val_fraction=val_fraction, url=url, sha256=sha256
     )
-    tok = CharTokenizer(text)
-    ids = tok.encode(text)
-    n_train = int(len(ids) * (1.0 - val_fraction))
-    return tok, ids[:n_train], ids[n_train:]
+    tok = CharTokenizer(train + val)
+    return tok, tok.encode(train), tok.encode(val)

@@ -99,6 +99,9 @@ def test_seed_table_has_every_variant(chapter):
     assert [r[0].get_text(strip=True) for r in rows] == [
         "full model", "no position", "no attention", "no feed-forward", "no normalization", "no residual"]
     assert all("±" in r[2].get_text() and r[3].get_text().count("/") == 2 for r in rows)
+    # One number per seed: this page's run (offset 0) is the first of the seeds' entries.
+    for r in rows:
+        assert r[1].get_text(strip=True) == r[3].get_text(strip=True).split(" / ")[0]
 
 
 def launch_urls(notebook: str) -> dict[str, str]:
@@ -158,3 +161,50 @@ def test_no_broken_internal_links_or_anchors(pages):
                 if parts.fragment not in ids.get(key, set()):
                     broken.append(f"{name}: {url} (no such anchor)")
     assert not broken, "\n".join(broken)
+
+
+def test_figure_caption_carries_one_number(chapter):
+    """Sphinx's own "Fig. 1" must not precede the chapter's "Figure 1.1"."""
+    caption = chapter.select_one("figure#fig-two-models figcaption").get_text(" ", strip=True)
+    assert caption.startswith("Figure 1.1.") and "Fig." not in caption, caption
+    assert "Fig. " not in article_text(chapter)
+
+
+def test_parameter_shares_are_computed_within_the_blocks(chapter):
+    """The shares the prose quotes "inside the blocks" use the blocks' parameters as the denominator."""
+    import mlexp.transformer
+
+    model = mlexp.transformer.TransformerLM(65, dim=128, n_layers=4, n_heads=4)
+    blocks = {n: p.numel() for n, p in model.named_parameters() if n.startswith("blocks.")}
+    in_blocks = sum(blocks.values())
+    ffn = sum(v for n, v in blocks.items() if ".ffn." in n) / in_blocks
+    attention = sum(v for n, v in blocks.items() if ".attn." in n) / in_blocks
+    sentence = re.search(r"Of the ([\d,]+) parameters inside the blocks, the feed-forward layers hold "
+                         r"([\d.]+)% and attention ([\d.]+)%", article_text(chapter))
+    assert sentence, "the sentence on the parameter shares is gone"
+    assert sentence.group(1) == f"{in_blocks:,}"
+    assert sentence.group(2) == f"{ffn:.1%}"[:-1] and sentence.group(3) == f"{attention:.1%}"[:-1]
+
+
+def test_vit_is_dated_the_same_way_everywhere(chapter):
+    """arXiv 2020, ICLR 2021: the evolution table says both, the citations say 2021."""
+    row = next(tr for tr in chapter.select("table tr") if "Vision Transformer" in tr.get_text())
+    assert "arXiv 2020" in row.get_text() and "ICLR 2021" in row.get_text()
+    text = article_text(chapter)
+    assert "Dosovitskiy et al., 2020" not in text and "Dosovitskiy et al., 2021" in text
+
+
+DOUBLED_AUTHOR = re.compile(r"\b([A-Z][\w-]+)(?: et al\.| and [A-Z][\w-]+)?\s*[\[(]\s*\1\b")
+
+
+@pytest.mark.parametrize("name", ["intro", CHAPTER])
+def test_no_citation_names_its_authors_twice(pages, name):
+    """"Haviv et al. [Haviv et al., 2022]": a sentence that names the authors uses {cite:t}."""
+    doubled = [m.group(0) for m in DOUBLED_AUTHOR.finditer(article_text(pages[name]))]
+    assert not doubled, doubled
+
+
+def test_the_seed_section_says_where_its_numbers_were_made(chapter):
+    section = chapter.select_one("section#across-three-seeds").get_text(" ", strip=True)
+    assert "The stored runs were made on" in section or "no seed runs of its kind" in section
+    assert "this page was built on" in section.lower()

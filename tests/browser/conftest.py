@@ -5,11 +5,11 @@ in a real Chromium driven by Playwright's sync API. Everything they need is loca
 
 * the site comes from $MLEXP_SITE (default: <repo>/_build/html);
 * the browser is $CHROMIUM, or chromium / google-chrome found on PATH;
-* axe-core and MathJax come from npm (tests/browser/package.json, installed with `npm ci`).
-  The book loads MathJax from cdn.jsdelivr.net; the tests answer those requests from the
-  same MathJax release in node_modules, so the pages render (and weigh) as they do for a
-  reader, even on a machine without internet. Any other off-site request is blocked and
-  reported, so a new external dependency shows up as a failure instead of a silent wait.
+* axe-core comes from npm (tests/browser/package.json, installed with `npm ci`).
+
+The site must work offline: it ships MathJax and everything else it needs. Every request
+that leaves the local server is blocked and recorded, and the tests fail on any, so a new
+external dependency shows up as a failure instead of a page that breaks without network.
 """
 
 from __future__ import annotations
@@ -49,11 +49,6 @@ BROWSER_NAMES = ["chromium", "chromium-browser", "google-chrome", "google-chrome
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
-# Off-site URLs the book loads, mapped to the npm package that holds the same files.
-# https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js -> node_modules/mathjax/es5/...
-CDN_MIRROR = [(re.compile(r"^https://cdn\.jsdelivr\.net/npm/mathjax@3/(?P<path>[^?#]+)"), NODE_MODULES / "mathjax")]
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "browser: drives Chromium over the built site (tests/browser)")
 
@@ -90,8 +85,8 @@ def artifacts() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def node_modules() -> pathlib.Path:
-    """axe-core and MathJax from npm, installed from the committed lock file when missing."""
-    needed = [AXE_JS, NODE_MODULES / "mathjax" / "es5" / "tex-mml-chtml.js"]
+    """axe-core from npm, installed from the committed lock file when missing."""
+    needed = [AXE_JS]
     if not all(p.is_file() for p in needed):
         npm = shutil.which("npm")
         if npm is None:
@@ -192,21 +187,8 @@ class PageLog:
             self.failed_requests.append(f"{response.url} (HTTP {response.status})")
 
 
-def _serve_from_mirror(route, log: PageLog):
-    url = route.request.url
-    for pattern, folder in CDN_MIRROR:
-        match = pattern.match(url)
-        if match:
-            path = (folder / match["path"]).resolve()
-            if folder.resolve() in path.parents and path.is_file():
-                kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-                route.fulfill(status=200, body=path.read_bytes(), content_type=kind,
-                              headers={"Access-Control-Allow-Origin": "*"})
-                return
-            route.fulfill(status=404, body=b"not in the local mirror")
-            log.failed_requests.append(f"{url} (not found in {folder})")
-            return
-    log.blocked_external.append(url)
+def _block_off_site(route, log: PageLog):
+    log.blocked_external.append(route.request.url)
     route.abort("blockedbyclient")
 
 
@@ -216,7 +198,7 @@ def make_context(browser, base_url, log: PageLog | None = None, **options):
     context = browser.new_context(base_url=base_url, **options)
     context.set_default_timeout(15_000)
     log = log or PageLog(base_url)
-    context.route(lambda url: not url.startswith(base_url), lambda route: _serve_from_mirror(route, log))
+    context.route(lambda url: not url.startswith(base_url), lambda route: _block_off_site(route, log))
     return context, log
 
 

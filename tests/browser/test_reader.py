@@ -316,7 +316,7 @@ def test_page_loads_cleanly(page, page_log, artifacts, path):
     if page_log.failed_requests:
         problems.append(f"failed requests: {page_log.failed_requests}")
     if page_log.blocked_external:
-        problems.append(f"off-site requests (not mirrored, see conftest.CDN_MIRROR): {page_log.blocked_external}")
+        problems.append(f"off-site requests (the site must carry what it needs): {page_log.blocked_external}")
     if page_log.console_errors:
         problems.append(f"console errors: {page_log.console_errors}")
     if page_log.page_errors:
@@ -463,8 +463,8 @@ def test_axe_finds_no_serious_violations(page, axe_source, artifacts, path, them
 
 def test_page_weight(page, artifacts, record_property):
     """Everything a first visit downloads (HTML, CSS, JS, fonts, figures, MathJax) stays
-    under 3 MB on the wire. The test server sends files uncompressed, but GitHub Pages and
-    jsDelivr compress text, so the budget applies to each body gzip-compressed (level 6);
+    under 3 MB on the wire. The test server sends files uncompressed, but GitHub Pages
+    compresses text, so the budget applies to each body gzip-compressed (level 6);
     the uncompressed total is recorded too."""
     responses = []
     page.on("response", lambda response: responses.append(response))
@@ -504,3 +504,34 @@ def test_page_weight(page, artifacts, record_property):
     (artifacts / "page-weight.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     assert total_gzip < PAGE_WEIGHT_LIMIT, "\n".join(lines)
+
+
+# ---------------------------------------------------------------- 9. offline maths, code width
+
+
+def test_math_renders_with_the_network_blocked(page, page_log):
+    """The site ships MathJax: with every off-site request blocked, the formulas still render."""
+    open_page(page, CHAPTER)
+    rendered = page.locator("article mjx-container").count()
+    raw = page.evaluate(
+        """() => [...document.querySelectorAll('article .math')]
+                   .filter(e => !e.querySelector('mjx-container'))
+                   .map(e => e.textContent.slice(0, 60))"""
+    )
+    assert rendered >= 5 and not raw, f"{rendered} formulas rendered; left as raw TeX: {raw}"
+    assert not page_log.blocked_external, f"off-site requests: {page_log.blocked_external}"
+    src = page.evaluate("() => [...document.scripts].map(s => s.src).find(s => /mathjax/i.test(s))")
+    assert src and src.startswith(page.url.rsplit("/", 2)[0]), f"MathJax comes from {src}"
+
+
+def test_no_code_block_scrolls_sideways(page, artifacts):
+    """At 1280 px every code cell of the chapter fits the content column."""
+    open_page(page, CHAPTER)
+    wide = page.evaluate(
+        """() => [...document.querySelectorAll('article div.cell_input pre, article div.highlight pre')]
+                   .filter(e => e.scrollWidth > e.clientWidth + 1)
+                   .map(e => [e.scrollWidth - e.clientWidth, e.textContent.split('\\n')
+                              .reduce((a, b) => (b.length > a.length ? b : a), '')])"""
+    )
+    assert page.locator("article div.cell_input pre").count() >= 10
+    assert not wide, "code blocks that scroll (pixels over, longest line):\n" + "\n".join(map(str, wide))
