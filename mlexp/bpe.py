@@ -63,7 +63,13 @@ import regex
 import torch
 from torch import Tensor
 
-__all__ = ["BPETokenizer", "GPT2_SPLIT_PATTERN"]
+__all__ = [
+    "BPETokenizer",
+    "GPT2_SPLIT_PATTERN",
+    "pair_counts",
+    "merge_pair",
+    "learn_merges_slowly",
+]
 
 # GPT-2's pre-split pattern (Radford et al., 2019, encoder.py): English
 # contractions, a word with an optional leading space, a number, a run of
@@ -78,6 +84,52 @@ FILE_FORMAT = "mlexp-bpe"
 FILE_VERSION = 1
 
 Pair = tuple[int, int]
+
+
+# --- The idea, slowly: what Chapter 2 shows -------------------------------
+
+
+def pair_counts(ids: list[int]) -> Counter[Pair]:
+    """How often each adjacent pair occurs in ``ids``, overlaps included.
+
+    The Counter lists pairs in the order they first occur, which is how
+    ties are broken: of equally frequent pairs, the first one wins.
+    """
+    return Counter(zip(ids, ids[1:]))
+
+
+def merge_pair(ids: list[int], pair: Pair, new: int) -> list[int]:
+    """``ids`` with each occurrence of ``pair``, from the left, replaced
+    by the single token ``new``."""
+    merged, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            merged.append(new)
+            i += 2
+        else:
+            merged.append(ids[i])
+            i += 1
+    return merged
+
+
+def learn_merges_slowly(text: str, n_merges: int) -> list[Pair]:
+    """Byte-pair encoding as its definition reads, without pre-splitting.
+
+    Start from the UTF-8 bytes; count every adjacent pair; give the most
+    frequent one the next free id; repeat. Recounting the whole text for
+    every merge is slow on a large text, so ``BPETokenizer.train`` learns
+    the same merges by updating only the counts a merge changes.
+    """
+    ids = list(text.encode("utf-8"))
+    merges = []
+    for new in range(256, 256 + n_merges):
+        counts = pair_counts(ids)
+        if not counts:
+            break
+        pair = max(counts, key=counts.get)  # the first of the most frequent
+        ids = merge_pair(ids, pair, new)
+        merges.append(pair)
+    return merges
 
 
 # --- Training: learn the merges -------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -96,14 +97,18 @@ def _pickled(models: dict[str, nn.Module]) -> dict[str, bytes] | None:
 
 def train_side_by_side(
     models: dict[str, nn.Module],
-    train_ids: Tensor,
-    val_ids: Tensor,
+    train_ids: Tensor | Mapping[str, Tensor],
+    val_ids: Tensor | Mapping[str, Tensor],
     steps: int,
     block_size: int,
     **train_kwargs,
 ) -> dict[str, dict[str, list]]:
     """Train each model with ``train_lm`` and return their histories under
     the same names.
+
+    ``train_ids`` and ``val_ids`` are one split for every model or, for
+    models that read the text through different tokenizers, a mapping from
+    each model's name to its own split.
 
     On a CPU, the models train in worker processes, as many at a time as
     PyTorch has threads (see ``cpu_budget``), each worker with ``threads //
@@ -117,9 +122,16 @@ def train_side_by_side(
     workers, threads = plan_workers(len(models), cpu_budget())
     on_cpu = default_device(kwargs.get("device")).type == "cpu"
     pickled = _pickled(models) if on_cpu and workers > 1 else None
+
+    def split(name: str) -> tuple[Tensor, Tensor]:
+        return tuple(
+            ids[name] if isinstance(ids, Mapping) else ids
+            for ids in (train_ids, val_ids)
+        )
+
     if pickled is None:
         return {
-            name: train_lm(model, train_ids, val_ids, **kwargs)
+            name: train_lm(model, *split(name), **kwargs)
             for name, model in models.items()
         }
 
@@ -131,7 +143,7 @@ def train_side_by_side(
     ) as pool:
         futures = {
             name: pool.submit(
-                _train_one, data, train_ids, val_ids, threads, kwargs
+                _train_one, data, *split(name), threads, kwargs
             )
             for name, data in pickled.items()
         }

@@ -426,3 +426,14 @@ def test_merges_must_only_join_earlier_tokens():
 def test_repr(tok, tok_whole):
     assert repr(tok) == "BPETokenizer(vocab_size=1024, split=GPT-2)"
     assert repr(tok_whole) == "BPETokenizer(vocab_size=640, split=none)"
+
+
+def test_the_chapters_slow_definition_learns_the_same_merges(corpus):
+    """The few lines the chapter shows and the fast trainer agree merge for merge."""
+    from mlexp.bpe import BPETokenizer, learn_merges_slowly, merge_pair, pair_counts
+
+    tok, train_ids, _ = corpus
+    text = tok.decode(train_ids[:3000])
+    assert list(BPETokenizer.train(text, 256 + 60, pattern=None).merges) == learn_merges_slowly(text, 60)
+    assert pair_counts([1, 1, 1, 2]) == {(1, 1): 2, (1, 2): 1}
+    assert merge_pair([1, 1, 1, 2], (1, 1), 9) == [9, 1, 2]

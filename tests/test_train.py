@@ -135,3 +135,24 @@ def test_container_cpu_quota_caps_the_workers(tmp_path, files, cpus):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
     assert cgroup_cpus(tmp_path) == cpus
+
+
+def test_side_by_side_gives_each_model_its_own_text(corpus, two_threads):
+    """Models reading the text through different tokenizers each train on their own ids."""
+    tok, train_ids, val_ids = corpus
+    train_text, val_text = tok.decode(train_ids[:20_000]), tok.decode(val_ids[:5_000])
+    bpe = mlexp.BPETokenizer.train(train_text, 300)
+    splits = {"chars": (tok, train_ids[:20_000], val_ids[:5_000]),
+              "bpe": (bpe, bpe.encode(train_text), bpe.encode(val_text))}
+
+    def build(name):
+        mlexp.manual_seed(0)
+        return TransformerLM(splits[name][0].vocab_size, dim=32, n_layers=1, n_heads=4)
+
+    kwargs = dict(steps=6, block_size=16, eval_every=3, log=False, eval_batches=1)
+    models = {name: build(name) for name in splits}
+    side_by_side = mlexp.train_side_by_side(
+        models, {n: s[1] for n, s in splits.items()}, {n: s[2] for n, s in splits.items()}, **kwargs)
+    torch.set_num_threads(1)
+    for name, (_, train, val) in splits.items():
+        assert side_by_side[name]["val"] == mlexp.train_lm(build(name), train, val, **kwargs)["val"]
