@@ -137,9 +137,9 @@ def _table(
 ) -> str:
     offsets = sorted(runs)
     n = len(offsets)
+    seeds = f"{n} seed{'s' if n > 1 else ''}"
     header = (
-        f"| Run | This page (seed offset {offset}) | Mean ± sd, {n} "
-        "seeds | "
+        f"| Run | This page (seed offset {offset}) | Mean ± sd, {seeds} | "
         f"Seeds {' / '.join(map(str, offsets))} |"
     )
     lines = [header, "|---|---|---|---|"]
