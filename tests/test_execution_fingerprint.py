@@ -28,6 +28,7 @@ def test_fingerprint_covers_library_corpus_and_requirements(monkeypatch, tmp_pat
 
 def test_cache_is_kept_for_the_same_code_and_cleared_when_it_changes(monkeypatch, tmp_path):
     cache = tmp_path / ".jupyter_cache"
+    monkeypatch.setattr(fingerprint_ext, "seed_data_fingerprints", lambda: {})
     monkeypatch.setattr(fingerprint_ext, "fingerprint", lambda: "code-v1")
     fingerprint_ext.reset_stale_cache(fake_app(cache))
     (cache / "executed-notebook").write_text("outputs")
@@ -36,18 +37,41 @@ def test_cache_is_kept_for_the_same_code_and_cleared_when_it_changes(monkeypatch
     monkeypatch.setattr(fingerprint_ext, "fingerprint", lambda: "code-v2")
     fingerprint_ext.reset_stale_cache(fake_app(cache))
     assert not (cache / "executed-notebook").exists(), "mlexp changed: the cache must be emptied"
-    assert (cache / fingerprint_ext.STAMP).read_text().strip() == "code-v2"
 
 
-def test_fingerprint_covers_the_stored_seed_runs(monkeypatch, tmp_path):
-    """A refreshed seed data file must re-execute its chapter: the seed table reads it."""
-    (tmp_path / "mlexp").mkdir()
-    (tmp_path / "mlexp" / "a.py").write_text("x = 1\n")
-    (tmp_path / "requirements.txt").write_text("torch\n")
+def test_new_seed_data_reruns_only_its_chapter(monkeypatch, tmp_path):
+    """A chapter's seed table reads its seed data: new data runs that chapter again, not the others."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache_dir = tmp_path / ".jupyter_cache"
+    monkeypatch.setattr(fingerprint_ext, "fingerprint", lambda: "code-v1")
+    data = {str(tmp_path / "chapter01.ipynb"): "seeds-a", str(tmp_path / "chapter02.ipynb"): "seeds-a"}
+    monkeypatch.setattr(fingerprint_ext, "seed_data_fingerprints", lambda: dict(data))
+    fingerprint_ext.reset_stale_cache(fake_app(cache_dir))  # the first build writes the stamp
+    notebooks = {}
+    for name in ("chapter01", "chapter02"):
+        path = tmp_path / f"{name}.ipynb"
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"print('{name}')")])
+        nbformat.write(nb, path)
+        notebooks[name] = str(path)
+        get_cache(cache_dir).cache_notebook_bundle(
+            __import__("jupyter_cache.base", fromlist=["CacheBundleIn"]).CacheBundleIn(nb, str(path)),
+            check_validity=False)
+    fingerprint_ext.reset_stale_cache(fake_app(cache_dir))
+    assert len(get_cache(cache_dir).list_cache_records()) == 2
+    data[notebooks["chapter02"]] = "seeds-b"
+    fingerprint_ext.reset_stale_cache(fake_app(cache_dir))
+    left = {r.uri for r in get_cache(cache_dir).list_cache_records()}
+    assert left == {notebooks["chapter01"]}
+
+
+def test_seed_data_fingerprints_follow_each_chapters_file(monkeypatch, tmp_path):
     seeds = tmp_path / "book" / "part1" / "chapter01.seeds.json"
     seeds.parent.mkdir(parents=True)
     seeds.write_text('{"runs": []}')
     monkeypatch.setattr(fingerprint_ext, "ROOT", tmp_path)
-    before = fingerprint_ext.fingerprint()
+    before = fingerprint_ext.seed_data_fingerprints()
+    assert list(before) == [str(seeds.with_name("chapter01.ipynb"))]
     seeds.write_text('{"runs": [{"offset": 0}]}')
-    assert fingerprint_ext.fingerprint() != before
+    assert fingerprint_ext.seed_data_fingerprints() != before

@@ -17,6 +17,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SITE = pathlib.Path(os.environ.get("MLEXP_SITE", ROOT / "_build" / "html"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 CHAPTER = "part1/chapter01"
+# Every chapter notebook in the table of contents; tests that hold for any chapter run on each.
+CHAPTERS = [c["file"] for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
+            for c in part["chapters"] if (ROOT / "book" / f"{c['file']}.ipynb").is_file()]
 NUMBER = re.compile(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+")
 
 
@@ -36,14 +39,27 @@ def chapter(pages) -> BeautifulSoup:
     return pages[CHAPTER]
 
 
+def source_cells(name: str) -> list[dict]:
+    return json.loads((ROOT / "book" / f"{name}.ipynb").read_text())["cells"]
+
+
+def markdown_of(name: str) -> str:
+    return "\n".join("".join(c["source"]) for c in source_cells(name) if c["cell_type"] == "markdown")
+
+
+def test_the_book_has_its_chapters():
+    assert CHAPTERS[:2] == ["part1/chapter01", "part1/chapter02"]
+
+
 def article_text(page: BeautifulSoup) -> str:
     return page.select_one("article").get_text(" ", strip=True)
 
 
-def test_every_glued_value_resolved(chapter):
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_every_glued_value_resolved(pages, name):
     """Each {glue:text} of the notebook's prose became a non-empty pasted value on the page."""
-    cells = json.loads((ROOT / "book" / f"{CHAPTER}.ipynb").read_text())["cells"]
-    prose = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    chapter = pages[name]
+    prose = markdown_of(name)
     pasted = [span.get_text(strip=True) for span in chapter.select("article span.pasted-text")]
     assert len(pasted) == prose.count("{glue:text}") and all(pasted), pasted
     text = article_text(chapter)
@@ -53,17 +69,26 @@ def test_every_glued_value_resolved(chapter):
     assert re.search(r"Hands-on \d+ min, measured on (CPU|.*GPU|NVIDIA)", card), card
 
 
-def test_three_tabs_with_their_numbers(chapter):
-    labels = [label.get_text(strip=True) for label in chapter.select(".sd-tab-set > label")]
-    assert labels == ["1 · Into vectors", "2 · One block", "3 · Two ends"]
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_three_tabs_each_with_a_figure_and_our_run(pages, name):
+    """Under the chapter's first figure, three tabs; each shows a figure with alt text and an
+    "Our run" paragraph with numbers glued from this page's run."""
+    labels = [label.get_text(strip=True) for label in pages[name].select(".sd-tab-set > label")]
+    in_source = re.findall(r"\{tab-item\} (.+)", markdown_of(name))
+    assert len(labels) == 3 and labels == in_source
+    for panel in pages[name].select(".sd-tab-set > .sd-tab-content"):
+        image = panel.select_one("img")
+        assert image is not None and image.get("alt"), "each panel shows a zoomed figure with alt text"
+        our_run = next(p for p in panel.select("p") if p.get_text().startswith(("Our run", "Our models")))
+        assert NUMBER.findall(our_run.get_text(" ")) or re.search(r"\d", our_run.get_text()), our_run
+
+
+def test_chapter_one_tabs_quote_its_numbers(chapter):
     panels = chapter.select(".sd-tab-set > .sd-tab-content")
     numbers = [NUMBER.findall(panel.get_text(" ")) for panel in panels]
     assert len(numbers[0]) >= 3, numbers[0]  # RoPE dot product, loss without RoPE, full model
     assert len(numbers[1]) >= 3, numbers[1]  # without attention, without residual, full model
     assert "803,712" in numbers[2] and "802,826" in numbers[2]
-    for panel in panels:
-        image = panel.select_one("img")
-        assert image is not None and image.get("alt"), "each panel shows a zoomed figure with alt text"
 
 
 def test_the_page_numbers_are_this_runs(chapter):
@@ -72,8 +97,9 @@ def test_the_page_numbers_are_this_runs(chapter):
     assert printed in chapter.select(".sd-tab-set > .sd-tab-content")[0].get_text(" ")
 
 
-def test_evidence_badges(chapter):
-    badges = chapter.select("a.evidence-badge")
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_evidence_badges(pages, name):
+    badges = pages[name].select("a.evidence-badge")
     levels = {next(c for c in b["class"] if c.startswith("evidence-") and c != "evidence-badge") for b in badges}
     assert levels == {"evidence-established", "evidence-likely", "evidence-speculative"}
     for badge in badges:
@@ -86,11 +112,24 @@ def test_every_image_has_alt_text(pages):
             assert image.get("alt", "").strip(), f"{name}: image {image.get('src')} has no alt text"
 
 
-def test_predict_first_and_questions_in_dropdowns(chapter):
-    titles = [d.select_one("summary").get_text(" ", strip=True) for d in chapter.select("details.sd-dropdown")]
-    assert "Show what happened" in titles and titles.count("Answer") == 3
-    answer = chapter.select("details.sd-dropdown")[0].get_text(" ", strip=True)
-    assert "hurts" in answer and len(NUMBER.findall(answer)) >= 3
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_predict_first_and_questions_in_dropdowns(pages, name):
+    dropdowns = pages[name].select("details.sd-dropdown")
+    titles = [d.select_one("summary").get_text(" ", strip=True) for d in dropdowns]
+    assert titles[0] == "Show what happened" and titles.count("Answer") >= 3
+    answer = dropdowns[0].get_text(" ", strip=True)  # computed from the run: it quotes its numbers
+    assert len(NUMBER.findall(answer)) >= 3, answer
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_seed_table_one_number_per_seed(pages, name):
+    section = pages[name].select_one("section#across-three-seeds")
+    rows = [tr.select("td") for tr in section.select("table tbody tr")]
+    assert rows
+    for r in rows:
+        assert "±" in r[2].get_text() and r[3].get_text().count("/") == 2
+        # This page's run (offset 0) is the first of the seeds' entries: one number per seed.
+        assert r[1].get_text(strip=True) == r[3].get_text(strip=True).split(" / ")[0]
 
 
 def test_seed_table_has_every_variant(chapter):
@@ -114,25 +153,29 @@ def launch_urls(notebook: str) -> dict[str, str]:
     }
 
 
-def test_launch_buttons_open_this_notebook_on_main(chapter):
-    hrefs = {a["href"] for a in chapter.select("a[href]")}
-    expected = launch_urls(CHAPTER)
-    assert expected == {
+def test_launch_urls_name_the_repository_on_main():
+    assert launch_urls(CHAPTER) == {
         "colab": "https://colab.research.google.com/github/daiyip/ml-explained/blob/main/book/part1/chapter01.ipynb",
         "binder": "https://mybinder.org/v2/gh/daiyip/ml-explained/main?urlpath=tree/book/part1/chapter01.ipynb",
     }
-    assert set(expected.values()) <= hrefs
-    assert (ROOT / "book" / f"{CHAPTER}.ipynb").is_file()
 
 
-def test_edit_and_source_links_point_at_the_file(chapter):
-    hrefs = {a["href"] for a in chapter.select("a[href]")}
-    assert f"https://github.com/daiyip/ml-explained/edit/main/book/{CHAPTER}.ipynb" in hrefs
-    assert f"../_sources/{CHAPTER}.ipynb" in hrefs
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_launch_buttons_open_this_notebook_on_main(pages, name):
+    hrefs = {a["href"] for a in pages[name].select("a[href]")}
+    assert set(launch_urls(name).values()) <= hrefs
+    assert (ROOT / "book" / f"{name}.ipynb").is_file()
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_edit_and_source_links_point_at_the_file(pages, name):
+    hrefs = {a["href"] for a in pages[name].select("a[href]")}
+    assert f"https://github.com/daiyip/ml-explained/edit/main/book/{name}.ipynb" in hrefs
+    assert f"../_sources/{name}.ipynb" in hrefs
 
 
 def test_titles_descriptions_favicon_logo_404(pages):
-    for name in ("intro", CHAPTER, "evidence"):
+    for name in ("intro", *CHAPTERS, "evidence"):
         head = pages[name].head
         assert head.title and head.title.get_text(strip=True), name
         description = head.select_one('meta[name="description"]')
@@ -197,14 +240,45 @@ def test_vit_is_dated_the_same_way_everywhere(chapter):
 DOUBLED_AUTHOR = re.compile(r"\b([A-Z][\w-]+)(?: et al\.| and [A-Z][\w-]+)?\s*[\[(]\s*\1\b")
 
 
-@pytest.mark.parametrize("name", ["intro", CHAPTER])
+@pytest.mark.parametrize("name", ["intro", *CHAPTERS])
 def test_no_citation_names_its_authors_twice(pages, name):
     """"Haviv et al. [Haviv et al., 2022]": a sentence that names the authors uses {cite:t}."""
     doubled = [m.group(0) for m in DOUBLED_AUTHOR.finditer(article_text(pages[name]))]
     assert not doubled, doubled
 
 
-def test_the_seed_section_says_where_its_numbers_were_made(chapter):
-    section = chapter.select_one("section#across-three-seeds").get_text(" ", strip=True)
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_the_seed_section_says_where_its_numbers_were_made(pages, name):
+    section = pages[name].select_one("section#across-three-seeds").get_text(" ", strip=True)
     assert "The stored runs were made on" in section or "no seed runs of its kind" in section
     assert "this page was built on" in section.lower()
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_each_chapter_figure_caption_carries_its_own_number(pages, name):
+    number = int(name[-2:])
+    caption = pages[name].select_one("article figure figcaption").get_text(" ", strip=True)
+    assert caption.startswith(f"Figure {number}.1.") and "Fig." not in caption, caption
+
+
+def test_chapter_one_links_its_lineage_row_to_chapter_two_only(chapter):
+    table = next(t for t in chapter.select("table") if "Covered in" in t.get_text())
+    links = {a.get_text(strip=True): a["href"] for a in table.select("a[href]")}
+    assert links == {"Ch. 2": "chapter02.html"}
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_previous_and_next_navigation(pages, name):
+    i = CHAPTERS.index(name)
+    nav = pages[name].select_one(".prev-next-area")
+    hrefs = [a["href"] for a in nav.select("a[href]")]
+    if i + 1 < len(CHAPTERS):
+        assert any(h.endswith(CHAPTERS[i + 1].split("/")[-1] + ".html") for h in hrefs), hrefs
+    if i > 0:
+        assert any(h.endswith(CHAPTERS[i - 1].split("/")[-1] + ".html") for h in hrefs), hrefs
+
+
+def test_the_intro_lists_every_chapter(pages):
+    hrefs = {a["href"] for a in pages["intro"].select("article a[href]")}
+    for name in CHAPTERS:
+        assert f"{name}.html" in hrefs, name
