@@ -19,14 +19,18 @@ import pathlib
 import re
 
 import pytest
+import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-CHAPTER = "part1/chapter01.html"
 INTRO = "intro.html"
-CHAPTER_SOURCE = ROOT / "book" / "part1" / "chapter01.ipynb"
-
-TABS = ["1 · Into vectors", "2 · One block", "3 · Two ends"]
+# Every chapter of the table of contents; a test that takes `chapter` runs on each.
+CHAPTERS = [
+    f"{c['file']}.html"
+    for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
+    for c in part["chapters"]
+    if (ROOT / "book" / f"{c['file']}.ipynb").is_file()
+]
 DROPDOWNS = ["Show what happened", "Answer", "Answer", "Answer"]
 EVIDENCE_LEVELS = ["established", "likely", "speculative"]
 
@@ -77,12 +81,32 @@ def tab_panel(page, title):
     return page.locator(f"#{panel_id}")
 
 
-def glue_roles_per_tab() -> dict[str, int]:
+@pytest.fixture(params=CHAPTERS)
+def chapter(request) -> str:
+    return request.param
+
+
+def stem(page_path: str) -> str:
+    """A file-name prefix for a page's screenshots: part1/chapter01.html -> chapter01."""
+    return page_path.rsplit("/", 1)[-1].removesuffix(".html")
+
+
+def chapter_markdown(chapter: str) -> str:
+    source = ROOT / "book" / chapter.replace(".html", ".ipynb")
+    cells = json.loads(source.read_text(encoding="utf-8"))["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def tabs_of(chapter: str) -> list[str]:
+    """The labels of the chapter's three tabs, as its source writes them."""
+    return re.findall(r"\{tab-item\} (.+)", chapter_markdown(chapter))
+
+
+def glue_roles_per_tab(chapter: str) -> dict[str, int]:
     """How many {glue:text} values each tab's source holds, so a lost one is noticed."""
-    cells = json.loads(CHAPTER_SOURCE.read_text(encoding="utf-8"))["cells"]
-    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    text = chapter_markdown(chapter)
     counts = {}
-    for title in TABS:
+    for title in tabs_of(chapter):
         start = text.index(f"{{tab-item}} {title}")
         end = text.find("{tab-item}", start + 1)
         end = text.find("::::", start) if end == -1 else end
@@ -206,16 +230,16 @@ def save_shot(target, artifacts, name, **options):
 # ---------------------------------------------------------------- 1. tabs
 
 
-def test_each_tab_shows_its_panel_with_glued_numbers(page, artifacts):
+def test_each_tab_shows_its_panel_with_glued_numbers(chapter, page, artifacts):
     """The three tabs under Figure 1.1 are how a reader reaches the per-part explanations;
     each must switch, show only its own panel, and carry its measured numbers."""
-    open_page(page, CHAPTER)
-    expected_glue = glue_roles_per_tab()
-    for title in TABS:
+    open_page(page, chapter)
+    expected_glue = glue_roles_per_tab(chapter)
+    for title in tabs_of(chapter):
         tab_label(page, title).click()
         panel = tab_panel(page, title)
         assert panel.is_visible(), f"tab {title!r}: its panel stays hidden after a click"
-        for other in TABS:
+        for other in tabs_of(chapter):
             if other != title:
                 assert not tab_panel(page, other).is_visible(), f"tab {title!r}: panel of {other!r} still shows"
 
@@ -234,13 +258,13 @@ def test_each_tab_shows_its_panel_with_glued_numbers(page, artifacts):
         image = panel.locator("img").first
         assert image.is_visible(), f"tab {title!r}: its figure is not visible"
         assert image.evaluate("img => img.complete && img.naturalWidth > 0"), f"tab {title!r}: its figure did not load"
-        save_shot(page.locator(".sd-tab-set").first, artifacts, f"tab-{TABS.index(title) + 1}.png")
+        save_shot(page.locator(".sd-tab-set").first, artifacts, f"{stem(chapter)}-tab-{tabs_of(chapter).index(title) + 1}.png")
 
 
-def test_no_empty_glued_values_or_paragraphs(page):
+def test_no_empty_glued_values_or_paragraphs(chapter, page):
     """A glue key missing at build time renders as nothing at all: an empty value, or an
     empty paragraph where a {glue:md} line stood. (tests/test_site.py counts the roles.)"""
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     empty_values = page.evaluate(
         """() => [...document.querySelectorAll('article .pasted-text')]
                 .filter(v => !v.textContent.trim()).map(v => (v.closest('section[id]') || {}).id || '?')"""
@@ -265,20 +289,20 @@ def header_card_rows(page) -> list[int]:
     return [tops.count(t) for t in sorted(set(tops))]
 
 
-def test_header_card_lays_out_in_a_row(page):
+def test_header_card_lays_out_in_a_row(chapter, page):
     """The card under the title (level, reading time, hands-on time, prerequisites) is one row
     of four on a desktop; squeezed into one column it becomes a tall strip of single words."""
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     assert header_card_rows(page) == [4], f"header card rows on a desktop: {header_card_rows(page)}"
 
 
 # ---------------------------------------------------------------- 2. dropdowns
 
 
-def test_dropdowns_open_on_click(page):
+def test_dropdowns_open_on_click(chapter, page):
     """'Show what happened' and the three answers (and any other dropdown) must start closed,
     so the reader predicts before seeing the result, and open on a click."""
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     dropdowns = page.locator("article details.sd-dropdown")
     titles = [t.strip() for t in dropdowns.locator("summary").all_inner_texts()]
     missing = collections.Counter(DROPDOWNS) - collections.Counter(titles)
@@ -297,14 +321,14 @@ def test_dropdowns_open_on_click(page):
 # ---------------------------------------------------------------- 3. images, requests, console
 
 
-@pytest.mark.parametrize("path", [INTRO, CHAPTER])
+@pytest.mark.parametrize("path", [INTRO, *CHAPTERS])
 def test_page_loads_cleanly(page, page_log, artifacts, path):
     """Every image loads and has alt text; no request fails; the console stays free of errors."""
     open_page(page, path)
     images = load_all_images(page)
     page.wait_for_load_state("networkidle")
-    if path == CHAPTER:
-        save_shot(page, artifacts, "chapter-light-full.png", full_page=True)
+    if path in CHAPTERS:
+        save_shot(page, artifacts, f"{stem(path)}-light-full.png", full_page=True)
 
     broken = [img["src"] for img in images if not img["naturalWidth"]]
     no_alt = [img["src"] for img in images if not (img["alt"] or "").strip()]
@@ -325,11 +349,11 @@ def test_page_loads_cleanly(page, page_log, artifacts, path):
     assert images, f"{path}: no images at all?"
 
 
-def test_output_images_have_descriptive_alt(page):
+def test_output_images_have_descriptive_alt(chapter, page):
     """myst-nb falls back to the image's file path as alt text for plots a cell draws; a
     screen reader then reads out a hash. Set the text in the cell's metadata instead:
     {"mystnb": {"image": {"alt": "..."}}}."""
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     images = page.evaluate("() => [...document.images].map(i => [i.getAttribute('src'), i.getAttribute('alt') || ''])")
     path_as_alt = [src for src, alt in images if alt.strip() == src or alt.endswith((".svg", ".png"))]
     assert not path_as_alt, f"images whose alt text is just their file path: {path_as_alt}"
@@ -338,10 +362,10 @@ def test_output_images_have_descriptive_alt(page):
 # ---------------------------------------------------------------- 4. evidence badges
 
 
-def test_evidence_badges_explain_and_link_to_the_legend(page):
+def test_evidence_badges_explain_and_link_to_the_legend(chapter, page):
     """Badges rate how well each claim is supported; a reader must see them, get the meaning
     on hover, and land on the matching legend entry on click."""
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     badges = page.locator("a.evidence-badge")
     assert badges.count(), "no evidence badges on the chapter page"
     for badge in badges.all():
@@ -351,7 +375,7 @@ def test_evidence_badges_explain_and_link_to_the_legend(page):
         assert visible, f"no visible {level!r} badge on the chapter page"
 
     for level in EVIDENCE_LEVELS:
-        open_page(page, CHAPTER)
+        open_page(page, chapter)
         badge = next(b for b in page.locator(f"a.evidence-badge.evidence-{level}").all() if b.is_visible())
         badge.click()
         page.wait_for_url(f"**/evidence.html#evidence-{level}")
@@ -369,13 +393,13 @@ def test_evidence_badges_explain_and_link_to_the_legend(page):
 # ---------------------------------------------------------------- 5. dark theme
 
 
-def test_dark_theme_keeps_figures_and_text_legible(page, artifacts):
+def test_dark_theme_keeps_figures_and_text_legible(chapter, page, artifacts):
     """Figures are drawn for white paper, so in the dark theme they need a light backing;
     body text must keep WCAG AA contrast (4.5:1) against whatever it sits on."""
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     switch_to_dark(page)
     load_all_images(page)
-    save_shot(page, artifacts, "chapter-dark-full.png", full_page=True)
+    save_shot(page, artifacts, f"{stem(chapter)}-dark-full.png", full_page=True)
 
     figures = page.evaluate(with_helpers("""
         return [...document.querySelectorAll('article img')].filter(img => img.getClientRects().length).map(img => {
@@ -406,13 +430,13 @@ def test_dark_theme_keeps_figures_and_text_legible(page, artifacts):
 # ---------------------------------------------------------------- 6. phone
 
 
-def test_phone_layout_fits_and_tabs_switch(phone_page, artifacts):
+def test_phone_layout_fits_and_tabs_switch(chapter, phone_page, artifacts):
     """On a 390 px phone the page must not scroll sideways; only code, tables, outputs and
     maths may be wider than the screen, since they scroll inside themselves."""
     page = phone_page
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     load_all_images(page)
-    save_shot(page, artifacts, "chapter-phone.png", full_page=True)
+    save_shot(page, artifacts, f"{stem(chapter)}-phone.png", full_page=True)
 
     widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
     assert widths[0] <= widths[1] + 1, f"the page scrolls sideways on a phone: scrollWidth {widths[0]} > {widths[1]}"
@@ -430,7 +454,7 @@ def test_phone_layout_fits_and_tabs_switch(phone_page, artifacts):
     assert not too_wide, f"elements wider than the {widths[1]} px screen: {too_wide}"
 
     assert header_card_rows(page) == [2, 2], f"header card rows on a phone: {header_card_rows(page)}"
-    for title in TABS:
+    for title in tabs_of(chapter):
         tab_label(page, title).tap()
         assert tab_panel(page, title).is_visible(), f"on a phone, tapping {title!r} does not show its panel"
 
@@ -439,7 +463,7 @@ def test_phone_layout_fits_and_tabs_switch(phone_page, artifacts):
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
-@pytest.mark.parametrize("path", [INTRO, CHAPTER])
+@pytest.mark.parametrize("path", [INTRO, *CHAPTERS])
 def test_axe_finds_no_serious_violations(page, axe_source, artifacts, path, theme):
     """axe-core's automated WCAG checks, with the chapter's dropdowns open and each tab shown,
     so the hidden content is audited too. Every finding is saved; serious/critical fail."""
@@ -448,8 +472,8 @@ def test_axe_finds_no_serious_violations(page, axe_source, artifacts, path, them
         switch_to_dark(page)
     page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
     violations = run_axe(page, axe_source)
-    if path == CHAPTER:
-        for title in TABS[1:]:
+    if path in CHAPTERS:
+        for title in tabs_of(path)[1:]:
             tab_label(page, title).click()
             violations += [dict(v, tab=title) for v in run_axe(page, axe_source, ".sd-tab-set")]
     name = f"axe-{path.replace('/', '-').removesuffix('.html')}-{theme}.json"
@@ -461,14 +485,14 @@ def test_axe_finds_no_serious_violations(page, axe_source, artifacts, path, them
 # ---------------------------------------------------------------- 8. page weight
 
 
-def test_page_weight(page, artifacts, record_property):
+def test_page_weight(chapter, page, artifacts, record_property):
     """Everything a first visit downloads (HTML, CSS, JS, fonts, figures, MathJax) stays
     under 3 MB on the wire. The test server sends files uncompressed, but GitHub Pages
     compresses text, so the budget applies to each body gzip-compressed (level 6);
     the uncompressed total is recorded too."""
     responses = []
     page.on("response", lambda response: responses.append(response))
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     load_all_images(page)
     page.wait_for_load_state("networkidle")
 
@@ -493,7 +517,7 @@ def test_page_weight(page, artifacts, record_property):
     record_property("page_weight_gzip_bytes", total_gzip)
     record_property("slowest_asset", f"{slowest_name} {slowest_ms:.0f} ms")
     lines = [
-        f"page: {CHAPTER}",
+        f"page: {chapter}",
         f"requests: {len(assets)}",
         f"total bytes on the wire, each body gzip-compressed (the budget, {PAGE_WEIGHT_LIMIT}): {total_gzip}",
         f"total bytes uncompressed, as the test server sends them: {total}",
@@ -509,9 +533,9 @@ def test_page_weight(page, artifacts, record_property):
 # ---------------------------------------------------------------- 9. offline maths, code width
 
 
-def test_math_renders_with_the_network_blocked(page, page_log):
+def test_math_renders_with_the_network_blocked(chapter, page, page_log):
     """The site ships MathJax: with every off-site request blocked, the formulas still render."""
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     rendered = page.locator("article mjx-container").count()
     raw = page.evaluate(
         """() => [...document.querySelectorAll('article .math')]
@@ -524,9 +548,9 @@ def test_math_renders_with_the_network_blocked(page, page_log):
     assert src and src.startswith(page.url.rsplit("/", 2)[0]), f"MathJax comes from {src}"
 
 
-def test_no_code_block_scrolls_sideways(page, artifacts):
+def test_no_code_block_scrolls_sideways(chapter, page, artifacts):
     """At 1280 px every code cell of the chapter fits the content column."""
-    open_page(page, CHAPTER)
+    open_page(page, chapter)
     wide = page.evaluate(
         """() => [...document.querySelectorAll('article div.cell_input pre, article div.highlight pre')]
                    .filter(e => e.scrollWidth > e.clientWidth + 1)
