@@ -64,6 +64,10 @@ class CharTokenizer:
                 "contains it"
             ) from None
 
+    def token_str(self, token: int) -> str:
+        """The text of one token: its character (as BPETokenizer has it)."""
+        return self.chars[token]
+
     def decode(self, ids) -> str:
         """Ids (a tensor on any device, or a list of ints) back to text."""
         if isinstance(ids, Tensor):

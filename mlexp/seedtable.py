@@ -46,8 +46,8 @@ __all__ = ["SeedSection", "seed_section", "timing_note", "PROVENANCE_KEY"]
 PROVENANCE_KEY = "seed_provenance"
 
 KIND_NAMES = {
-    "cpu-fp32": "CPU (float32)",
-    "cuda-bf16": "CUDA GPU (bfloat16)",
+    "cpu-fp32": "CPU, float32",
+    "cuda-bf16": "CUDA GPU, bfloat16",
 }
 
 Claims = Mapping[str, Callable[[Mapping[str, float]], bool]]
@@ -108,25 +108,25 @@ def _no_runs_of_this_kind(
     kind: str, this_name: str, others: list[dict]
 ) -> str:
     text = (
-        f"This page was built on {this_name}, and no seed runs of its "
-        f"kind ({KIND_NAMES.get(kind, kind)}) are stored yet, so the table "
-        "shows this page's run alone."
+        f"This page was built on {this_name}, and no seed runs from this "
+        f"kind of machine ({KIND_NAMES.get(kind, kind)}) are stored yet, "
+        "so the table shows this page's run alone."
     )
-    if others:
+    recorded = [
+        r for r in others if _machine_of(r).get("kind") in KIND_NAMES
+    ]
+    if recorded:
         kinds = sorted(
-            {
-                KIND_NAMES.get(_machine_of(r).get("kind"), "?")
-                for r in others
-            }
+            {KIND_NAMES[_machine_of(r)["kind"]] for r in recorded}
         )
         text += (
-            f" The stored runs were made on {_names(others)} "
-            f"({', '.join(kinds)}) and are not mixed with this page's "
+            f" The stored runs were made on {_names(recorded)} "
+            f"({'; '.join(kinds)}) and are not mixed with this page's "
             "numbers."
         )
     return text + (
-        " The Seed runs workflow, started on a machine of this kind, "
-        "adds them."
+        " A maintainer adds them by starting the Seed runs workflow on a "
+        "machine of this kind."
     )
 
 
@@ -274,13 +274,7 @@ def _duration(seconds: float) -> str:
     )
 
 
-def timing_note(
-    notebook: str,
-    key: str,
-    seconds: float,
-    lead: str,
-    device: str | torch.device | None = None,
-) -> str:
+def timing_note(notebook: str, key: str, seconds: float, lead: str) -> str:
     """A sentence for the prose before a long cell: how long it took here
     and on a GPU.
 
@@ -289,8 +283,7 @@ def timing_note(
     glued the same key, when there are any. ``lead`` starts the sentence
     ("The next cell trains for").
     """
-    name = provenance.machine(default_device(device))["name"]
-    text = f"{lead} {_duration(seconds)} in this build, on {name}."
+    text = f"{lead} {_duration(seconds)} in this build."
     try:
         stored = _stored_runs(notebook)
     except FileNotFoundError:
@@ -307,4 +300,7 @@ def timing_note(
             f"{text} On {_machine_of(run)['name']} it took "
             f"{_duration(float(run['values'][key]))}."
         )
-    return f"{text} No GPU time for it has been recorded yet."
+    return (
+        f"{text} Its time on a GPU will show here once the chapter's seed "
+        "runs have been made on one."
+    )

@@ -133,7 +133,7 @@ def test_a_gpu_build_with_only_cpu_runs_stored(chapter_dir, monkeypatch):
     gpu_run = [1.70, 2.10, 2.40, 1.83, 1.69, 3.30]  # far from the CPU's numbers, every claim still true
     glued = run_seed_section(chapter_dir, monkeypatch, gpu_run, three_seeds())
     note = glued["seed_table"]
-    assert "no seed runs of its kind (CUDA GPU (bfloat16)) are stored yet" in note
+    assert "no seed runs from this kind of machine (CUDA GPU, bfloat16) are stored yet" in note
     assert "NVIDIA H200" in note and THIS_CPU in note
     rows = table_rows(note)
     assert rows[0] == ["full model", "1.700", "—", "1.700"]  # this page alone: nothing mixed in

@@ -91,3 +91,12 @@ def test_explicit_path_of_your_own(tmp_path):
     own.write_text("abcabcabcd")
     tok, train_ids, val_ids = mlexp.load_char_corpus(own, sha256=None)
     assert tok.chars == ["a", "b", "c", "d"] and len(train_ids) == 9 and len(val_ids) == 1
+
+
+def test_a_tokens_text_reads_the_same_for_characters_and_bpe(corpus):
+    import mlexp
+
+    tok, train_ids, _ = corpus
+    assert [tok.token_str(t) for t in train_ids[:5].tolist()] == list("First")
+    bpe = mlexp.BPETokenizer.train(tok.decode(train_ids[:5000]), 300)
+    assert "".join(bpe.token_str(t) for t in bpe.encode("First Citizen").tolist()) == "First Citizen"
