@@ -55,7 +55,7 @@ def load_seed_data(filename: str, repo_path: str) -> dict:
     try:
         with urllib.request.urlopen(url, timeout=30) as response:
             return json.loads(response.read())
-    except (urllib.error.URLError, TimeoutError) as err:
+    except OSError as err:  # URLError, timeouts and socket errors alike
         raise FileNotFoundError(
             f"no {filename} here and could not fetch {url} ({err}); run "
             "the "

@@ -186,7 +186,10 @@ def seed_section(
 
     keys = list(rows.values())
     offset = seed_offset()
-    stored = _stored_runs(notebook)
+    try:
+        stored = _stored_runs(notebook)
+    except FileNotFoundError:  # a new chapter, before its first seed runs
+        stored = []
     kind = here["machine"]["kind"]
     this_name = here["machine"]["name"]
     own = [r for r in stored if _machine_of(r).get("kind") == kind]

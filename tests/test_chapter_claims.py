@@ -189,3 +189,18 @@ def test_a_seed_run_records_its_fingerprint_and_machine(chapter_dir, monkeypatch
     assert set(recorded["fingerprint"]) == set(provenance.INGREDIENTS)
     assert recorded["fingerprint"]["code"] != "unknown" and recorded["machine"]["name"] == THIS_CPU
     assert namespace["seeds"] is None  # a seed run builds no table and judges nothing
+
+
+def test_a_chapter_without_seed_data_yet_shows_its_own_run(chapter_dir, monkeypatch):
+    """A new chapter builds before its first seed runs: the page says so instead of failing."""
+    def offline(*args, **kwargs):
+        raise OSError("no network")
+
+    monkeypatch.setattr("urllib.request.urlopen", offline)
+    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, TYPICAL))}
+    exec(cell_with("ABLATION_KEYS = {").split("for name, key in ABLATION_KEYS.items():")[0], namespace)
+    glued = {}
+    monkeypatch.setattr(mlexp, "glue_md", lambda name, text: glued.__setitem__(name, text))
+    exec(cell_with("mlexp.seed_section("), namespace)
+    assert "no seed runs from this kind of machine" in glued["seed_table"]
+    assert table_rows(glued["seed_table"])[0] == ["full model", "1.740", "—", "1.740"]
