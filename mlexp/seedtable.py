@@ -226,22 +226,27 @@ def seed_section(
             "has no stored run."
         )
     else:
+        label = {key: name for name, key in rows.items()}
         drift, drift_key = seedstats.largest_drift(current, before, keys)
         stored_runs = {int(r["offset"]): r["values"] for r in own}
         spread, spread_key = seedstats.largest_spread(stored_runs, keys)
+        made_on = _names(own)
         where = (
-            f"The stored runs were made on {_names(own)}; this page was "
+            f"The stored runs and this page were all made on {made_on}."
+            if made_on == this_name
+            else f"The stored runs were made on {made_on}; this page was "
             f"built on {this_name}."
         )
         gap = (
             f"This build's values are at most {drift:.3f} from the stored "
-            f"run with seed offset {offset} ({drift_key})"
+            f"run with seed offset {offset} ({label[drift_key]})"
         )
         if drift <= spread:
             note = (
                 f"\n\n{where} {gap}; the spread between seeds is up to "
-                f"{spread:.3f} (the standard deviation of {spread_key}), "
-                "so the two machines tell the same story."
+                f"{spread:.3f} (the standard deviation of "
+                f"{label[spread_key]}), so this build tells the same story "
+                "as the stored runs."
             )
         else:
             note = _admonition(
@@ -249,10 +254,10 @@ def seed_section(
                 "seed-drift",
                 f"{where} {gap}, more than the seeds differ from each "
                 f"other (standard deviation up to {spread:.3f}, "
-                f"{spread_key}). The two machines' arithmetic differs by "
-                "more than a change of seed would; read the mean and "
-                "spread with that in mind, and rerun the seeds on this "
-                "machine to compare like with like.",
+                f"{label[spread_key]}). The two machines' arithmetic "
+                "differs by more than a change of seed would; read the "
+                "mean and spread with that in mind, and rerun the seeds on "
+                "this machine to compare like with like.",
             )
 
     # Claims hold in this page's run and in every stored run made with the

@@ -79,6 +79,7 @@ def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatc
     rows = table_rows(glued["seed_table"])
     assert len(rows) == 6 and rows[0] == ["full model", "1.740", "1.767 ± 0.031", "1.740 / 1.800 / 1.760"]
     assert "stale" not in glued["seed_table"] and "seed-drift" not in glued["seed_table"]
+    assert f"The stored runs and this page were all made on {THIS_CPU}." in glued["seed_table"]
     assert "at most 0.000 from the stored run with seed offset 0" in glued["seed_table"]
     assert "held in all 3 seeds" in glued["seed_summary"] and "in 3 of 3 seeds" in glued["seed_summary"]
 
@@ -90,8 +91,8 @@ def test_another_cpu_within_the_spread_is_no_warning(chapter_dir, monkeypatch):
     note = glued["seed_table"]
     assert "warning" not in note and "stale" not in note
     assert f"made on {OTHER_CPU}" in note and f"built on {THIS_CPU}" in note
-    assert "at most 0.006 from the stored run with seed offset 0 (abl_no_position)" in note
-    assert "spread between seeds is up to 0.028 (the standard deviation of abl_full)" in note
+    assert "at most 0.006 from the stored run with seed offset 0 (no position)" in note
+    assert "spread between seeds is up to 0.028 (the standard deviation of full model)" in note
     # One number per seed: this page's run is seed 0's entry, and the mean uses it.
     rows = table_rows(note)
     assert rows[4] == ["no normalization", "1.720", "1.737 ± 0.021", "1.720 / 1.760 / 1.730"]
