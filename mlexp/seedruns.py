@@ -177,7 +177,7 @@ def run_notebook(
             "device": values.get("device_name", "unknown"),
             "threads": threads or torch.get_num_threads(),
             "python": platform.python_version(),
-            "machine": platform.machine(),
+            "architecture": platform.machine(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds"
             ),
@@ -266,9 +266,13 @@ def _run_in_subprocess(
 
 def run_kind(run: dict) -> str:
     """The kind of arithmetic a stored run was made with (``cpu-fp32``,
-    ``cuda-bf16``)."""
+    ``cuda-bf16``); ``unknown`` for runs made before machines were
+    recorded."""
+    machine = run.get("provenance", {}).get("machine")
     return (
-        run.get("provenance", {}).get("machine", {}).get("kind", "unknown")
+        machine.get("kind", "unknown")
+        if isinstance(machine, dict)
+        else "unknown"
     )
 
 

@@ -125,3 +125,21 @@ def test_merge_keeps_other_kinds_and_replaces_the_same_kind(tmp_path):
     merged = seedruns.merge([tmp_path / "gpu-0.json", tmp_path / "cpu-1.json"], into=chapter)
     assert [(seedruns.run_kind(r), r["offset"], r["values"]["x"]) for r in merged["runs"]] == [
         ("cpu-fp32", 0, 0), ("cpu-fp32", 1, 7), ("cpu-fp32", 2, 2), ("cuda-bf16", 0, 9)]
+
+
+def test_a_run_stores_its_fingerprint_and_machine(tmp_path):
+    """The runner keeps the machine the chapter's kernel described (a dict with its kind),
+    not a name of its own, and merges by kind and offset."""
+    recorded = {"fingerprint": {"code": "c", "mlexp": "m", "corpus": "k", "torch": "t"},
+                "machine": {"kind": "cpu-fp32", "name": "a CPU", "capability": "AVX2", "threads": 2}}
+    source = ("import json\nfrom myst_nb import glue\n"
+              f"glue('seed_provenance', json.dumps({recorded!r}), display=False)\n"
+              "glue('abl_full', 1.74, display=False)")
+    chapter = tmp_path / "chapter.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]), chapter)
+    assert seedruns.main(["run", str(chapter), "--offsets", "0"]) == 0
+    (run,) = json.loads(seedruns.data_path(chapter).read_text())["runs"]
+    assert run["values"] == {"abl_full": 1.74}
+    assert run["provenance"]["machine"] == recorded["machine"]
+    assert run["provenance"]["fingerprint"] == recorded["fingerprint"]
+    assert seedruns.run_kind(run) == "cpu-fp32"
