@@ -238,8 +238,11 @@ def seed_section(
             f"built on {this_name}."
         )
         gap = (
-            f"This build's values are at most {drift:.3f} from the stored "
-            f"run with seed offset {offset} ({label[drift_key]})"
+            f"This build's values match the stored run with seed offset "
+            f"{offset} to three decimals"
+            if drift < 0.0005
+            else f"This build's values are at most {drift:.3f} from the "
+            f"stored run with seed offset {offset} ({label[drift_key]})"
         )
         if drift <= spread:
             note = (
@@ -308,7 +311,4 @@ def timing_note(notebook: str, key: str, seconds: float, lead: str) -> str:
             f"{text} On {_machine_of(run)['name']} it took "
             f"{_duration(float(run['values'][key]))}."
         )
-    return (
-        f"{text} Its time on a GPU will show here once the chapter's seed "
-        "runs have been made on one."
-    )
+    return f"{text} No GPU time has been measured for it yet."

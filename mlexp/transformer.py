@@ -184,8 +184,8 @@ class TransformerLM(nn.Module):
     the next token.
 
     ``context_length`` is the longest sequence the model has been trained
-    on; ``generate`` never feeds it more, because RoPE has not seen later
-    positions. ``train_lm`` sets it.
+    on; ``generate`` never feeds it more, because attention has not seen
+    longer query-key distances. ``train_lm`` sets it.
     """
 
     def __init__(

@@ -34,8 +34,6 @@ CHAPTERS = [
 DROPDOWNS = ["Show what happened", "Answer", "Answer", "Answer"]
 EVIDENCE_LEVELS = ["established", "likely", "speculative"]
 
-# A glued result as the chapter formats it: 3.988, 3.2858, 803,712.
-GLUED_NUMBER = re.compile(r"\d\.\d{3,4}|\d{3},\d{3}")
 # What a glued value looks like when it did not resolve.
 UNRESOLVED = ["??", "No key", "{glue", "glue:text", "glue:md"]
 # Elements allowed to be wider than a phone screen: they scroll inside themselves.
@@ -244,7 +242,7 @@ def test_each_tab_shows_its_panel_with_glued_numbers(chapter, page, artifacts):
                 assert not tab_panel(page, other).is_visible(), f"tab {title!r}: panel of {other!r} still shows"
 
         text = panel.inner_text()
-        assert GLUED_NUMBER.search(text), f"tab {title!r}: no glued number in the visible text:\n{text}"
+        assert panel.locator(".pasted-text").count(), f"tab {title!r}: no glued value in:\n{text}"
         for marker in UNRESOLVED:
             assert marker not in text, f"tab {title!r}: unresolved glue ({marker!r}) in:\n{text}"
         assert panel.locator(".problematic, .system-message").count() == 0, f"tab {title!r}: a build error is rendered"
