@@ -113,7 +113,7 @@ def merge_pair(ids: list[int], pair: Pair, new: int) -> list[int]:
 
 
 def learn_merges_slowly(text: str, n_merges: int) -> list[Pair]:
-    """BPE in its plainest form: bytes, and no pre-splitting (Gage's setting).
+    """BPE in its plainest form: bytes and no pre-splitting, as Gage had it.
 
     Start from the UTF-8 bytes; count every adjacent pair; give the most
     frequent one the next free id; repeat. Recounting the whole text for
