@@ -36,7 +36,7 @@ import time
 
 from . import __version__
 from .seeds import SEED_OFFSET_ENV, SEED_RUN_ENV
-from .seedtable import PROVENANCE_KEY
+from .seedtable import PROVENANCE_KEY, machine_of
 
 __all__ = [
     "harvest_glue",
@@ -268,12 +268,7 @@ def run_kind(run: dict) -> str:
     """The kind of arithmetic a stored run was made with (``cpu-fp32``,
     ``cuda-bf16``); ``unknown`` for runs made before machines were
     recorded."""
-    machine = run.get("provenance", {}).get("machine")
-    return (
-        machine.get("kind", "unknown")
-        if isinstance(machine, dict)
-        else "unknown"
-    )
+    return machine_of(run).get("kind", "unknown")
 
 
 def merge(

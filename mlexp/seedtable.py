@@ -40,7 +40,13 @@ from .pages import glue
 from .seeds import in_seed_run, seed_offset
 from .train import default_device
 
-__all__ = ["SeedSection", "seed_section", "timing_note", "PROVENANCE_KEY"]
+__all__ = [
+    "SeedSection",
+    "seed_section",
+    "timing_note",
+    "machine_of",
+    "PROVENANCE_KEY",
+]
 
 #: The glue key under which a seed run hands its provenance to the runner.
 PROVENANCE_KEY = "seed_provenance"
@@ -74,7 +80,7 @@ def _stored_runs(notebook: str) -> list[dict]:
     return seedstats.load_seed_data(data_file, repo_path)["runs"]
 
 
-def _machine_of(run: dict) -> dict:
+def machine_of(run: dict) -> dict:
     """A stored run's machine; older runs recorded none."""
     machine = run.get("provenance", {}).get("machine")
     return machine if isinstance(machine, dict) else {}
@@ -82,7 +88,7 @@ def _machine_of(run: dict) -> dict:
 
 def _names(runs: list[dict]) -> str:
     names = sorted(
-        {_machine_of(r).get("name", "an unrecorded machine") for r in runs}
+        {machine_of(r).get("name", "an unrecorded machine") for r in runs}
     )
     return " and ".join(names)
 
@@ -113,11 +119,11 @@ def _no_runs_of_this_kind(
         "so the table shows this page's run alone."
     )
     recorded = [
-        r for r in others if _machine_of(r).get("kind") in KIND_NAMES
+        r for r in others if machine_of(r).get("kind") in KIND_NAMES
     ]
     if recorded:
         kinds = sorted(
-            {KIND_NAMES[_machine_of(r)["kind"]] for r in recorded}
+            {KIND_NAMES[machine_of(r)["kind"]] for r in recorded}
         )
         text += (
             f" The stored runs were made on {_names(recorded)} "
@@ -192,15 +198,16 @@ def seed_section(
         stored = []
     kind = here["machine"]["kind"]
     this_name = here["machine"]["name"]
-    own = [r for r in stored if _machine_of(r).get("kind") == kind]
+    own = [r for r in stored if machine_of(r).get("kind") == kind]
     others = [r for r in stored if r not in own]
 
-    runs = {
+    stored_values = {
         int(r["offset"]): {k: float(r["values"][k]) for k in keys}
         for r in own
     }
-    before = runs.get(offset)
-    runs[offset] = {k: float(current[k]) for k in keys}
+    before = stored_values.get(offset)
+    # This page's run is its own offset's entry: one number per seed.
+    runs = {**stored_values, offset: {k: float(current[k]) for k in keys}}
     table = _table(rows, runs, offset)
     changed = _changed(here["fingerprint"], own) if own else []
 
@@ -228,8 +235,7 @@ def seed_section(
     else:
         label = {key: name for name, key in rows.items()}
         drift, drift_key = seedstats.largest_drift(current, before, keys)
-        stored_runs = {int(r["offset"]): r["values"] for r in own}
-        spread, spread_key = seedstats.largest_spread(stored_runs, keys)
+        spread, spread_key = seedstats.largest_spread(stored_values, keys)
         made_on = _names(own)
         where = (
             f"The stored runs and this page were all made on {made_on}."
@@ -265,9 +271,9 @@ def seed_section(
 
     # Claims hold in this page's run and in every stored run made with the
     # same code.
-    checked = {o: v for o, v in runs.items() if o != offset}
-    if changed:
-        checked = {}
+    checked = (
+        {} if changed else {o: v for o, v in runs.items() if o != offset}
+    )
     for claim, holds in (claims or {}).items():
         seedstats.check_claim(
             claim, holds, {**checked, "this build": runs[offset]}
@@ -302,13 +308,13 @@ def timing_note(notebook: str, key: str, seconds: float, lead: str) -> str:
     on_gpu = [
         r
         for r in stored
-        if _machine_of(r).get("kind", "").startswith("cuda")
+        if machine_of(r).get("kind", "").startswith("cuda")
         and key in r["values"]
     ]
     if on_gpu:
         run = on_gpu[0]
         return (
-            f"{text} On {_machine_of(run)['name']} it took "
+            f"{text} On {machine_of(run)['name']} it took "
             f"{_duration(float(run['values'][key]))}."
         )
     return f"{text} No GPU time has been measured for it yet."
