@@ -16,6 +16,7 @@ import torch.nn as nn
 from . import seedstats, transformer
 from .data import CharTokenizer, load_char_corpus, load_text_split
 from .pages import glue, glue_md
+from .precision import describe_device
 from .seeds import in_seed_run, manual_seed, seed_offset, shifted
 from .seedtable import seed_section, timing_note
 from .side_by_side import train_side_by_side
@@ -38,6 +39,7 @@ __all__ = [
     "load_text_split",
     "glue",
     "glue_md",
+    "describe_device",
     "in_seed_run",
     "manual_seed",
     "seed_offset",

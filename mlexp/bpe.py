@@ -113,10 +113,12 @@ def merge_pair(ids: list[int], pair: Pair, new: int) -> list[int]:
 
 
 def learn_merges_slowly(text: str, n_merges: int) -> list[Pair]:
-    """BPE in its plainest form: bytes and no pre-splitting, as Gage had it.
+    """BPE in its plainest form: bytes and no pre-splitting.
 
     Start from the UTF-8 bytes; count every adjacent pair; give the most
-    frequent one the next free id; repeat. Recounting the whole text for
+    frequent one the next free id (256, 257, ...); repeat. Gage's
+    compressor instead wrote each pair as a byte value the data did not
+    use, so it never grew past 256 symbols. Recounting the whole text for
     every merge is slow on a large text, so ``BPETokenizer.train`` learns
     the same merges by updating only the counts a merge changes.
     """

@@ -10,7 +10,6 @@ negative log-likelihood, in bits, divided by the number of characters.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -18,54 +17,92 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from .precision import arithmetic
+
 __all__ = ["bits_per_char", "total_nll"]
+
+
+def _spans(n: int, block_size: int, stride: int) -> list[tuple[int, int]]:
+    """Windows over ``n`` tokens as (start, end): the window reads
+    ``ids[start:end]`` and predicts ``ids[start + 1:end + 1]``; only the
+    predictions of targets after the previous window's last one count.
+
+    The first window predicts its ``block_size`` targets; each later one
+    moves ``stride`` tokens on, so a scored target has between
+    ``block_size - stride + 1`` and ``block_size`` tokens of context.
+    """
+    spans, done = [], 0  # targets ids[1 : done + 1] are scored
+    while done < n - 1:
+        end = min(done + (stride if done else block_size), n - 1)
+        spans.append((max(0, end - block_size), end))
+        done = end
+    return spans
 
 
 @torch.no_grad()
 def total_nll(
-    model: nn.Module, ids: Tensor, block_size: int, batch_size: int = 32
+    model: nn.Module,
+    ids: Tensor,
+    block_size: int,
+    batch_size: int = 32,
+    stride: int | None = None,
 ) -> float:
     """Negative log-likelihood, in nats, of every token of ``ids`` but the
-    first, each predicted from the tokens before it in its window.
+    first, each predicted once from the tokens before it.
 
-    The sequence is cut into consecutive windows of ``block_size``
-    predictions; a token's context is the part of its window before it (so
-    at most ``block_size`` tokens), the way the model was trained.
+    Windows of ``block_size`` tokens, the length the model was trained on,
+    move ``stride`` tokens at a time (by default ``block_size``: windows
+    that do not overlap, where a token's context is only the part of its
+    window before it, ``block_size / 2`` tokens on average). A smaller
+    stride gives every scored token at least ``block_size - stride + 1``
+    tokens of context, at ``block_size / stride`` times the cost.
     """
     if ids.dim() != 1 or len(ids) < 2:
         raise ValueError(
             f"ids must be a 1-D tensor of at least 2 tokens, got shape "
             f"{tuple(ids.shape)}"
         )
+    stride = block_size if stride is None else stride
+    if not 1 <= stride <= block_size:
+        raise ValueError(
+            f"stride={stride} must be between 1 and block_size="
+            f"{block_size}; a larger stride would skip tokens"
+        )
     device = next(model.parameters()).device
-    on_cuda = device.type == "cuda"
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if on_cuda
-        else contextlib.nullcontext()
-    )
     ids = ids.to(device)
-    n_full = (len(ids) - 1) // block_size
-    batches = []
-    if n_full:
-        # Window w predicts ids[wT + 1 : wT + T + 1] from ids[wT : wT + T].
-        rows = ids[: n_full * block_size + 1].unfold(
-            0, block_size + 1, block_size
-        )  # (n_full, block_size + 1)
-        batches += rows.split(batch_size)
-    tail = ids[n_full * block_size :]  # the last, shorter window
-    if len(tail) > 1:
-        batches.append(tail[None])  # (1, len(tail))
+    spans = _spans(len(ids), block_size, stride)
+    # Each window scores the targets after the previous window's last one.
+    windows = [
+        (start, end, previous)
+        for (start, end), (_, previous) in zip(spans, [(0, 0)] + spans)
+    ]
+    # The first window may be shorter than the rest: it is batched alone.
+    batches = [windows[:1]] + [
+        windows[i : i + batch_size]
+        for i in range(1, len(windows), batch_size)
+    ]
     was_training = model.training
     model.eval()
     total = 0.0
-    for batch in batches:
-        x, y = batch[:, :-1], batch[:, 1:]  # (B, T) each
-        with autocast:
+    with arithmetic(device).context():
+        for batch in filter(None, batches):
+            rows = torch.stack(
+                [ids[start : end + 1] for start, end, _ in batch]
+            )  # (B, L + 1)
+            x, y = rows[:, :-1], rows[:, 1:]  # (B, L) each
             logits, _ = model(x)
-        total += F.cross_entropy(
-            logits.float().flatten(0, 1), y.flatten(), reduction="sum"
-        ).item()
+            nll = F.cross_entropy(
+                logits.float().transpose(1, 2), y, reduction="none"
+            )  # (B, L)
+            # Position t of a window from s predicts target s + t + 1.
+            starts = torch.tensor([w[0] for w in batch], device=device)
+            previous = torch.tensor([w[2] for w in batch], device=device)
+            target = (
+                starts[:, None]
+                + 1
+                + torch.arange(x.shape[1], device=device)
+            )
+            total += nll[target > previous[:, None]].sum().item()
     model.train(was_training)
     return total
 
@@ -76,15 +113,16 @@ def bits_per_char(
     text: str,
     block_size: int,
     batch_size: int = 32,
+    stride: int | None = None,
 ) -> float:
     """Bits per character of ``model`` on ``text``, read through
     ``tokenizer``.
 
     Every token but the first is predicted; the characters counted are
     those of the predicted tokens, so the score is the same kind of number
-    for characters, bytes or subwords.
+    for characters, bytes or subwords. ``stride`` is :func:`total_nll`'s.
     """
     ids = tokenizer.encode(text)
     n_chars = len(text) - len(tokenizer.decode(ids[:1]))
-    nats = total_nll(model, ids, block_size, batch_size)
+    nats = total_nll(model, ids, block_size, batch_size, stride)
     return nats / math.log(2) / n_chars

@@ -9,9 +9,9 @@ records two things apart:
 
 - a *fingerprint*, one hash per ingredient of its numbers, compared to
   decide staleness;
-- the *machine*: device, arithmetic precision, CPU model and instruction set
-  (or GPU), and threads, reported beside the numbers and used to group runs
-  by kind (CPU fp32, CUDA bf16).
+- the *machine*: the kind of arithmetic (:mod:`mlexp.precision`), CPU model
+  and instruction set (or GPU), and threads, reported beside the numbers;
+  only runs of one kind of arithmetic are compared.
 
 Hashes are taken over the syntax tree of the code without docstrings and
 comments, so a reworded comment or a reformatted line does not make seed
@@ -30,13 +30,13 @@ import sys
 import torch
 
 from .data import corpus_path
+from .precision import arithmetic
 
 __all__ = [
     "INGREDIENTS",
     "PRESENTATION_MODULES",
     "fingerprint",
     "machine",
-    "kind_of",
 ]
 
 #: What each fingerprint entry stands for, in a stale-data warning's words.
@@ -161,17 +161,6 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def kind_of(device: torch.device) -> str:
-    """The kind of arithmetic a run on ``device`` does: ``cpu-fp32`` or
-    ``cuda-bf16``.
-
-    ``train_lm`` trains in float32 on a CPU and under bfloat16 autocast on
-    CUDA; runs of different kinds differ by more than rounding and are never
-    mixed in one table.
-    """
-    return "cuda-bf16" if device.type == "cuda" else f"{device.type}-fp32"
-
-
 def machine(device: torch.device) -> dict[str, object]:
     """Where a run on ``device`` executes: kind, a readable name,
     instruction set, threads."""
@@ -184,7 +173,7 @@ def machine(device: torch.device) -> dict[str, object]:
         capability = torch.backends.cpu.get_cpu_capability()
         name = f"{_cpu_model()} ({capability})"
     return {
-        "kind": kind_of(device),
+        "kind": arithmetic(device).kind,
         "name": name,
         "capability": capability,
         "threads": torch.get_num_threads(),

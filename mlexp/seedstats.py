@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
 import urllib.error
 import urllib.request
@@ -28,6 +29,8 @@ __all__ = [
     "check_claim",
 ]
 
+#: Where the repository's files are read from outside a checkout (Colab);
+#: ``$MLEXP_REPOSITORY_RAW`` points elsewhere (a fork, or a test's server).
 REPOSITORY_RAW = (
     "https://raw.githubusercontent.com/daiyip/ml-explained/main/"
 )
@@ -51,7 +54,7 @@ def load_seed_data(filename: str, repo_path: str) -> dict:
     local = pathlib.Path(filename)
     if local.is_file():
         return json.loads(local.read_text())
-    url = REPOSITORY_RAW + repo_path
+    url = os.environ.get("MLEXP_REPOSITORY_RAW", REPOSITORY_RAW) + repo_path
     try:
         with urllib.request.urlopen(url, timeout=30) as response:
             return json.loads(response.read())

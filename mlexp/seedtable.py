@@ -9,15 +9,17 @@ and the sentences it claims. The function:
   and machine, so the runner can store them with the numbers, and returns
   ``None``;
 - in a build, reads ``<chapter>.seeds.json`` and keeps the stored runs of
-  this build's kind of arithmetic (CPU float32 or CUDA bfloat16: numbers of
-  the two kinds differ by more than rounding and are never mixed);
+  this build's kind of arithmetic (:mod:`mlexp.precision`: float32 on every
+  device, so a GPU build is judged against runs made on a CPU; runs of
+  another kind, from before that rule, differ by more than rounding and are
+  never mixed in);
 - puts this page's run in the table as the entry of its own seed offset, so
   one seed never shows two numbers, and the mean and standard deviation
   include it;
-- says which machines made the stored runs and this one, and how far this
-  build lies from the stored run of its offset against the spread between
-  seeds: within the spread is the normal case on another CPU, beyond it is
-  said plainly;
+- says, in the table's caption, which machines made the stored runs and
+  this one, and how far this build lies from the stored run of its offset
+  against the spread between seeds: within the spread is the normal case on
+  another machine, beyond it is said plainly in a warning;
 - warns, naming what changed, when the stored runs were made with other
   code, library, corpus or PyTorch (stale data, which the Seed runs workflow
   refreshes);
@@ -52,9 +54,11 @@ __all__ = [
 PROVENANCE_KEY = "seed_provenance"
 
 KIND_NAMES = {
-    "cpu-fp32": "CPU, float32",
+    "fp32": "float32",
     "cuda-bf16": "CUDA GPU, bfloat16",
 }
+#: Kinds that older runs recorded under another name.
+_SAME_KIND = {"cpu-fp32": "fp32"}
 
 Claims = Mapping[str, Callable[[Mapping[str, float]], bool]]
 
@@ -81,9 +85,13 @@ def _stored_runs(notebook: str) -> list[dict]:
 
 
 def machine_of(run: dict) -> dict:
-    """A stored run's machine; older runs recorded none."""
+    """A stored run's machine; older runs recorded none, and called float32
+    on a CPU ``cpu-fp32``."""
     machine = run.get("provenance", {}).get("machine")
-    return machine if isinstance(machine, dict) else {}
+    if not isinstance(machine, dict):
+        return {}
+    kind = machine.get("kind")
+    return {**machine, "kind": _SAME_KIND.get(kind, kind)}
 
 
 def _names(runs: list[dict]) -> str:
@@ -102,6 +110,8 @@ def _changed(here: Mapping[str, str], runs: list[dict]) -> list[str]:
             r.get("provenance", {}).get("fingerprint", {}).get(ingredient)
             for r in runs
         }
+        if here[ingredient] == "unknown":  # a copy opened on Colab
+            continue
         if theirs != {here[ingredient]}:
             if ingredient == "torch":
                 old = ", ".join(sorted(str(t) for t in theirs))
@@ -210,6 +220,11 @@ def seed_section(
     runs = {**stored_values, offset: {k: float(current[k]) for k in keys}}
     table = _table(rows, runs, offset)
     changed = _changed(here["fingerprint"], own) if own else []
+    # Which machines made the numbers goes in the table's caption; what a
+    # reader must act on (no comparable runs, stale data, drift beyond the
+    # seeds' spread) in an admonition below it.
+    caption = f"This page built on {this_name}."
+    note = ""
 
     if not own:
         note = _admonition(
@@ -227,10 +242,10 @@ def seed_section(
             "workflow, or see the README) to refresh them.",
         )
     elif before is None:
-        note = (
-            f"\n\nThe stored runs were made on {_names(own)}; this page "
-            f"was built on {this_name}, with seed offset {offset}, which "
-            "has no stored run."
+        caption = (
+            f"Stored runs made on {_names(own)}; this page built on "
+            f"{this_name} with seed offset {offset}, which has no stored "
+            "run."
         )
     else:
         label = {key: name for name, key in rows.items()}
@@ -238,35 +253,34 @@ def seed_section(
         spread, spread_key = seedstats.largest_spread(stored_values, keys)
         made_on = _names(own)
         where = (
-            f"The stored runs and this page were all made on {made_on}."
+            f"Stored runs and this page made on {made_on}."
             if made_on == this_name
-            else f"The stored runs were made on {made_on}; this page was "
-            f"built on {this_name}."
+            else f"Stored runs made on {made_on}; this page built on "
+            f"{this_name}."
         )
         gap = (
-            f"This build's values match the stored run with seed offset "
-            f"{offset} to three decimals"
+            f"This build matches the stored run with seed offset {offset} "
+            "to three decimals"
             if drift < 0.0005
-            else f"This build's values are at most {drift:.3f} from the "
-            f"stored run with seed offset {offset} ({label[drift_key]})"
+            else f"This build is at most {drift:.3f} from the stored run "
+            f"with seed offset {offset} ({label[drift_key]})"
+        )
+        spread_words = (
+            f"the seeds' standard deviation is up to {spread:.3f} "
+            f"({label[spread_key]})"
         )
         if drift <= spread:
-            note = (
-                f"\n\n{where} {gap}; the spread between seeds is up to "
-                f"{spread:.3f} (the standard deviation of "
-                f"{label[spread_key]}), so this build tells the same story "
-                "as the stored runs."
-            )
+            caption = f"{where} {gap}; {spread_words}."
         else:
+            caption = where
             note = _admonition(
                 "warning",
                 "seed-drift",
-                f"{where} {gap}, more than the seeds differ from each "
-                f"other (standard deviation up to {spread:.3f}, "
-                f"{label[spread_key]}). The two machines' arithmetic "
-                "differs by more than a change of seed would; read the "
-                "mean and spread with that in mind, and rerun the seeds on "
-                "this machine to compare like with like.",
+                f"{gap}, more than the seeds differ from each other "
+                f"({spread_words}). The two machines' arithmetic differs "
+                "by more than a change of seed would; read the mean and "
+                "spread with that in mind, and rerun the seeds on this "
+                "machine to compare like with like.",
             )
 
     # Claims hold in this page's run and in every stored run made with the
@@ -278,8 +292,9 @@ def seed_section(
         seedstats.check_claim(
             claim, holds, {**checked, "this build": runs[offset]}
         )
+    markdown = f"```{{table}} {caption}\n{table}\n```{note}"
     return SeedSection(
-        runs=runs, markdown=table + note, current=bool(own) and not changed
+        runs=runs, markdown=markdown, current=bool(own) and not changed
     )
 
 
@@ -292,13 +307,13 @@ def _duration(seconds: float) -> str:
 
 
 def timing_note(notebook: str, key: str, seconds: float, lead: str) -> str:
-    """A sentence for the prose before a long cell: how long it took here
-    and on a GPU.
+    """A sentence for the prose before a long cell: how long it took in
+    this build, and on a GPU where a stored seed run measured it.
 
-    ``seconds`` is this build's time, glued under ``key``; the GPU figure
-    comes from the chapter's stored seed runs of kind ``cuda-bf16``, which
-    glued the same key, when there are any. ``lead`` starts the sentence
-    ("The next cell trains for").
+    ``seconds`` is this build's time, glued under ``key``; a stored run
+    made on a GPU (its capability reads ``sm_...``) that glued the same key
+    adds its time. ``lead`` starts the sentence ("The next cell trains
+    for").
     """
     text = f"{lead} {_duration(seconds)} in this build."
     try:
@@ -308,7 +323,7 @@ def timing_note(notebook: str, key: str, seconds: float, lead: str) -> str:
     on_gpu = [
         r
         for r in stored
-        if machine_of(r).get("kind", "").startswith("cuda")
+        if str(machine_of(r).get("capability", "")).startswith("sm_")
         and key in r["values"]
     ]
     if on_gpu:
@@ -317,4 +332,4 @@ def timing_note(notebook: str, key: str, seconds: float, lead: str) -> str:
             f"{text} On {machine_of(run)['name']} it took "
             f"{_duration(float(run['values'][key]))}."
         )
-    return f"{text} No GPU time has been measured for it yet."
+    return text

@@ -9,7 +9,6 @@ seeded through :mod:`mlexp.seeds`.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 
@@ -17,6 +16,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .precision import arithmetic
 from .seeds import shifted
 
 __all__ = ["train_lm", "default_device"]
@@ -118,11 +118,6 @@ def train_lm(
     optimizer = torch.optim.AdamW(
         groups, lr=lr, betas=(0.9, 0.99), fused=on_cuda or None
     )
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if on_cuda
-        else contextlib.nullcontext()
-    )
 
     batch_gen = torch.Generator(device="cpu").manual_seed(
         shifted(BATCH_SEED)
@@ -147,8 +142,7 @@ def train_lm(
             total = 0.0
             for chunk in starts.split(batch_size):
                 x, y = _windows(splits[split], chunk, block_size)
-                with autocast:
-                    _, loss = model(x, y, include_aux=False)
+                _, loss = model(x, y, include_aux=False)
                 total += loss.item() * len(chunk)
             means[split] = total / len(starts)
         model.train()
@@ -183,21 +177,25 @@ def train_lm(
                 flush=True,
             )
 
-    model.train()
-    record(0)
-    for step in range(steps):
+    def train_step(step: int) -> None:
         for group in optimizer.param_groups:
             group["lr"] = _lr_at(step, steps, lr, warmup)
         starts = torch.randint(
             len(train_ids) - block_size, (batch_size,), generator=batch_gen
         ).to(device)
         x, y = _windows(train_ids, starts, block_size)
-        with autocast:
-            _, loss = model(x, y)
+        _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        if (step + 1) % eval_every == 0 or step + 1 == steps:
-            record(step + 1)
+
+    # float32 on every device: see mlexp.precision
+    with arithmetic(device).context():
+        model.train()
+        record(0)
+        for step in range(steps):
+            train_step(step)
+            if (step + 1) % eval_every == 0 or step + 1 == steps:
+                record(step + 1)
     return history

@@ -44,7 +44,7 @@ def chapter_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def stored_run(offset, values, machine_name=THIS_CPU, kind="cpu-fp32", **changes):
+def stored_run(offset, values, machine_name=THIS_CPU, kind="fp32", **changes):
     """A stored run made with this build's fingerprint, except for ``changes``."""
     fingerprint = {**provenance.fingerprint(NOTEBOOK.name), **changes}
     machine = {"kind": kind, "name": machine_name, "capability": "AVX2", "threads": 2}
@@ -79,8 +79,10 @@ def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatc
     rows = table_rows(glued["seed_table"])
     assert len(rows) == 6 and rows[0] == ["full model", "1.740", "1.767 ± 0.031", "1.740 / 1.800 / 1.760"]
     assert "stale" not in glued["seed_table"] and "seed-drift" not in glued["seed_table"]
-    assert f"The stored runs and this page were all made on {THIS_CPU}." in glued["seed_table"]
-    assert "match the stored run with seed offset 0 to three decimals" in glued["seed_table"]
+    # Which machine made the numbers is the table's caption, not a sentence of the prose.
+    caption = glued["seed_table"].splitlines()[0]
+    assert caption.startswith("```{table} ") and f"Stored runs and this page made on {THIS_CPU}." in caption
+    assert "matches the stored run with seed offset 0 to three decimals" in caption
     assert "held in all 3 seeds" in glued["seed_summary"] and "in 3 of 3 seeds" in glued["seed_summary"]
 
 
@@ -92,7 +94,7 @@ def test_another_cpu_within_the_spread_is_no_warning(chapter_dir, monkeypatch):
     assert "warning" not in note and "stale" not in note
     assert f"made on {OTHER_CPU}" in note and f"built on {THIS_CPU}" in note
     assert "at most 0.006 from the stored run with seed offset 0 (no position)" in note
-    assert "spread between seeds is up to 0.028 (the standard deviation of full model)" in note
+    assert "the seeds' standard deviation is up to 0.028 (full model)" in note.splitlines()[0]
     # One number per seed: this page's run is seed 0's entry, and the mean uses it.
     rows = table_rows(note)
     assert rows[4] == ["no normalization", "1.720", "1.737 ± 0.021", "1.720 / 1.760 / 1.730"]
@@ -128,21 +130,55 @@ def test_stale_runs_are_not_used_to_judge_claims(chapter_dir, monkeypatch):
     assert "stale-seed-data" in glued["seed_table"]
 
 
-def test_a_gpu_build_with_only_cpu_runs_stored(chapter_dir, monkeypatch):
+def on_gpu(monkeypatch, name="NVIDIA H200"):
+    """This build runs on a GPU: float32 like the CPU (mlexp.precision), so the same kind."""
     monkeypatch.setattr(provenance, "machine",
-                        lambda device: {"kind": "cuda-bf16", "name": "NVIDIA H200", "capability": "sm_90", "threads": 16})
-    gpu_run = [1.70, 2.10, 2.40, 1.83, 1.69, 3.30]  # far from the CPU's numbers, every claim still true
-    glued = run_seed_section(chapter_dir, monkeypatch, gpu_run, three_seeds())
+                        lambda device: {"kind": "fp32", "name": name, "capability": "sm_90", "threads": 16})
+
+
+def test_a_gpu_build_is_judged_against_the_cpu_runs(chapter_dir, monkeypatch):
+    on_gpu(monkeypatch)
+    drifted = [1.745, 2.076, 2.487, 1.853, 1.714, 3.352]  # within the seeds' spread
+    glued = run_seed_section(chapter_dir, monkeypatch, drifted, three_seeds())
     note = glued["seed_table"]
-    assert "no seed runs from this kind of machine (CUDA GPU, bfloat16) are stored yet" in note
-    assert "NVIDIA H200" in note and THIS_CPU in note
-    rows = table_rows(note)
-    assert rows[0] == ["full model", "1.700", "—", "1.700"]  # this page alone: nothing mixed in
+    assert "warning" not in note and f"made on {THIS_CPU}; this page built on NVIDIA H200" in note
+    assert table_rows(note)[0] == ["full model", "1.745", "1.768 ± 0.028", "1.745 / 1.800 / 1.760"]
+
+
+def test_a_gpu_build_far_from_the_cpu_runs_says_so(chapter_dir, monkeypatch):
+    on_gpu(monkeypatch)
+    far = [1.70, 2.10, 2.40, 1.83, 1.69, 3.30]  # every claim still true, 0.09 from seed 0
+    glued = run_seed_section(chapter_dir, monkeypatch, far, three_seeds())
+    note = glued["seed_table"]
+    assert ":class: seed-drift" in note and "NVIDIA H200" in note and THIS_CPU in note
+
+
+def test_runs_of_another_kind_are_not_mixed_in(chapter_dir, monkeypatch):
+    """Runs stored before the float32 rule under bfloat16 autocast are not compared."""
+    on_gpu(monkeypatch)
+    old_gpu_runs = three_seeds(kind="cuda-bf16", machine_name="NVIDIA A100")
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, old_gpu_runs)
+    note = glued["seed_table"]
+    assert "no seed runs from this kind of machine (float32) are stored yet" in note
+    assert "NVIDIA A100" in note and "CUDA GPU, bfloat16" in note
+    assert table_rows(note)[0] == ["full model", "1.740", "—", "1.740"]  # this page alone
+
+
+def test_runs_stored_as_cpu_fp32_count_as_float32(chapter_dir, monkeypatch):
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(kind="cpu-fp32"))
+    assert "warning" not in glued["seed_table"] and len(table_rows(glued["seed_table"])[0][3].split("/")) == 3
+
+
+def test_a_notebook_opened_without_its_file_is_not_called_stale(chapter_dir, monkeypatch):
+    """On Colab the kernel cannot read the notebook: its code hash is unknown, not changed."""
+    real = provenance.fingerprint
+    monkeypatch.setattr(provenance, "fingerprint", lambda nb: {**real(nb), "code": "unknown"})
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds())
+    assert "stale" not in glued["seed_table"]
 
 
 def test_a_gpu_build_still_fails_on_its_own_contradiction(chapter_dir, monkeypatch):
-    monkeypatch.setattr(provenance, "machine",
-                        lambda device: {"kind": "cuda-bf16", "name": "NVIDIA H200", "capability": "sm_90", "threads": 16})
+    on_gpu(monkeypatch)
     wrong = [1.70, 1.69, 2.40, 1.83, 1.69, 3.30]  # no position below the full model
     with pytest.raises(ClaimContradicted, match="removing RoPE hurts"):
         run_seed_section(chapter_dir, monkeypatch, wrong, three_seeds())

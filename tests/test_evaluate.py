@@ -73,3 +73,30 @@ def test_chapter_modules_load_only_when_used():
     assert mlexp.BPETokenizer.__module__ == "mlexp.bpe"
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         mlexp.nothing
+
+
+@pytest.mark.parametrize("stride", [1, 3, 7, 16])
+def test_a_sliding_window_still_predicts_every_token_once(stride):
+    ids = torch.arange(1000) % 7
+    assert total_nll(Uniform(7), ids, 16, stride=stride) == pytest.approx(999 * math.log(7))
+
+
+def test_a_stride_of_one_gives_every_token_the_full_window_of_context():
+    """Independent definition: token p is predicted from the block_size tokens before it."""
+    mlexp.manual_seed(0)
+    model = mlexp.transformer.TransformerLM(11, dim=32, n_layers=1, n_heads=2).eval()
+    ids = torch.randint(11, (70,))
+    block = 8
+    expected = 0.0
+    with torch.no_grad():
+        for p in range(1, len(ids)):
+            logits, _ = model(ids[max(0, p - block):p][None])
+            expected -= torch.log_softmax(logits[0, -1], -1)[ids[p]].item()
+    assert total_nll(model, ids, block, stride=1) == pytest.approx(expected, rel=1e-5)
+    # Windows that do not overlap give the later tokens of a window less context: a worse score.
+    assert total_nll(model, ids, block) != pytest.approx(expected, rel=1e-5)
+
+
+def test_a_stride_outside_the_window_is_refused():
+    with pytest.raises(ValueError, match="between 1 and block_size=8"):
+        total_nll(Uniform(3), torch.arange(20) % 3, 8, stride=9)

@@ -119,19 +119,19 @@ def run_of(kind, offset, x):
 
 def test_merge_keeps_other_kinds_and_replaces_the_same_kind(tmp_path):
     chapter = tmp_path / "ch.seeds.json"
-    seedruns.write_atomic(chapter, {"notebook": "ch.ipynb", "runs": [run_of("cpu-fp32", k, k) for k in (0, 1, 2)]})
+    seedruns.write_atomic(chapter, {"notebook": "ch.ipynb", "runs": [run_of("fp32", k, k) for k in (0, 1, 2)]})
     seedruns.write_atomic(tmp_path / "gpu-0.json", {"notebook": "ch.ipynb", "runs": [run_of("cuda-bf16", 0, 9)]})
-    seedruns.write_atomic(tmp_path / "cpu-1.json", {"notebook": "ch.ipynb", "runs": [run_of("cpu-fp32", 1, 7)]})
+    seedruns.write_atomic(tmp_path / "cpu-1.json", {"notebook": "ch.ipynb", "runs": [run_of("fp32", 1, 7)]})
     merged = seedruns.merge([tmp_path / "gpu-0.json", tmp_path / "cpu-1.json"], into=chapter)
     assert [(seedruns.run_kind(r), r["offset"], r["values"]["x"]) for r in merged["runs"]] == [
-        ("cpu-fp32", 0, 0), ("cpu-fp32", 1, 7), ("cpu-fp32", 2, 2), ("cuda-bf16", 0, 9)]
+        ("cuda-bf16", 0, 9), ("fp32", 0, 0), ("fp32", 1, 7), ("fp32", 2, 2)]
 
 
 def test_a_run_stores_its_fingerprint_and_machine(tmp_path):
     """The runner keeps the machine the chapter's kernel described (a dict with its kind),
     not a name of its own, and merges by kind and offset."""
     recorded = {"fingerprint": {"code": "c", "mlexp": "m", "corpus": "k", "torch": "t"},
-                "machine": {"kind": "cpu-fp32", "name": "a CPU", "capability": "AVX2", "threads": 2}}
+                "machine": {"kind": "fp32", "name": "a CPU", "capability": "AVX2", "threads": 2}}
     source = ("import json\nfrom myst_nb import glue\n"
               f"glue('seed_provenance', json.dumps({recorded!r}), display=False)\n"
               "glue('abl_full', 1.74, display=False)")
@@ -142,4 +142,4 @@ def test_a_run_stores_its_fingerprint_and_machine(tmp_path):
     assert run["values"] == {"abl_full": 1.74}
     assert run["provenance"]["machine"] == recorded["machine"]
     assert run["provenance"]["fingerprint"] == recorded["fingerprint"]
-    assert seedruns.run_kind(run) == "cpu-fp32"
+    assert seedruns.run_kind(run) == "fp32"
