@@ -99,7 +99,7 @@ def train_side_by_side(
     models: dict[str, nn.Module],
     train_ids: Tensor | Mapping[str, Tensor],
     val_ids: Tensor | Mapping[str, Tensor],
-    steps: int,
+    steps: int | Mapping[str, int],
     block_size: int,
     **train_kwargs,
 ) -> dict[str, dict[str, list]]:
@@ -108,7 +108,9 @@ def train_side_by_side(
 
     ``train_ids`` and ``val_ids`` are one split for every model or, for
     models that read the text through different tokenizers, a mapping from
-    each model's name to its own split.
+    each model's name to its own split; ``steps`` is one number or, for
+    models compared at equal text read rather than equal steps, a mapping
+    from each name to its own.
 
     On a CPU, the models train in worker processes, as many at a time as
     PyTorch has threads (see ``cpu_budget``), each worker with ``threads //
@@ -118,20 +120,22 @@ def train_side_by_side(
     cannot be sent to another process, the models train one after another in
     this process.
     """
-    kwargs = dict(train_kwargs, steps=steps, block_size=block_size)
+    kwargs = dict(train_kwargs, block_size=block_size)
     workers, threads = plan_workers(len(models), cpu_budget())
     on_cpu = default_device(kwargs.get("device")).type == "cpu"
     pickled = _pickled(models) if on_cpu and workers > 1 else None
 
+    def own(name: str, value):
+        return value[name] if isinstance(value, Mapping) else value
+
     def split(name: str) -> tuple[Tensor, Tensor]:
-        return tuple(
-            ids[name] if isinstance(ids, Mapping) else ids
-            for ids in (train_ids, val_ids)
-        )
+        return own(name, train_ids), own(name, val_ids)
 
     if pickled is None:
         return {
-            name: train_lm(model, *split(name), **kwargs)
+            name: train_lm(
+                model, *split(name), steps=own(name, steps), **kwargs
+            )
             for name, model in models.items()
         }
 
@@ -143,7 +147,11 @@ def train_side_by_side(
     ) as pool:
         futures = {
             name: pool.submit(
-                _train_one, data, *split(name), threads, kwargs
+                _train_one,
+                data,
+                *split(name),
+                threads,
+                dict(kwargs, steps=own(name, steps)),
             )
             for name, data in pickled.items()
         }

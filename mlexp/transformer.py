@@ -1,4 +1,5 @@
-"""The modern Transformer of Chapter 1, one small module per building block.
+"""The modern Transformer of Chapter 1, one small module per part of the
+block.
 
 Read top to bottom: position (RoPE), attention, feed-forward (SwiGLU),
 normalization (RMSNorm), the pre-norm block, then the two models that share
@@ -7,7 +8,7 @@ it: a decoder-only language model and a Vision Transformer.
 The blocks follow the Llama convention (pre-norm, RMSNorm with a learned
 gain, half-split RoPE with base 10000, SwiGLU with gate/up/down and no
 biases, one fused q|k|v projection), so the weights map one to one onto a
-standard Llama implementation. Later chapters swap one block at a time, so
+standard Llama implementation. Later chapters swap one part at a time, so
 variants are modules passed in (``ffn=``, ``make_ffn=``, ``WriteNothing``)
 rather than flags threaded through ``forward``.
 """
@@ -274,7 +275,7 @@ class PatchEmbed(nn.Module):
 
 class VisionTransformer(nn.Module):
     """Vision Transformer: patches in, the same blocks without a causal
-    mask, a class out."""
+    mask or RoPE (learned position vectors instead), a class out."""
 
     def __init__(
         self,

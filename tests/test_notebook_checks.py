@@ -39,3 +39,22 @@ def test_checked_cells_come_before_the_training(notebook):
         assert not any(call in source for call in TRAINING), (
             f"{notebook.name}: a cell up to the last checked one trains; move the checked cells "
             f"before the training:\n{source[:200]}")
+
+
+DRAWS = ("plt.subplots(", "plt.figure(")
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_drawing_code_is_folded_and_what_it_draws_is_computed_in_view(notebook):
+    """A page shows the idea first: a cell that draws a figure is folded (hide-input) and draws
+    only; the numbers it plots are computed in a visible cell (no training, no scoring there)."""
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    drawing = [c for c in cells if any(d in "".join(c["source"]) for d in DRAWS)]
+    assert drawing, f"{notebook.name} draws no figure"
+    for cell in drawing:
+        source = "".join(cell["source"])
+        assert "hide-input" in cell["metadata"].get("tags", []), (
+            f"{notebook.name}: a drawing cell is not folded:\n{source[:300]}")
+        computes = ("train_lm(", "train_side_by_side(", "bits_per_char(", "linalg.")
+        assert not any(c in source for c in computes), (
+            f"{notebook.name}: a folded drawing cell computes what it shows:\n{source[:300]}")

@@ -250,11 +250,15 @@ def test_no_citation_names_its_authors_twice(pages, name):
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_the_seed_section_says_where_its_numbers_were_made(pages, name):
-    section = pages[name].select_one("section#across-three-seeds").get_text(" ", strip=True)
-    made_on = ("The stored runs were made on", "The stored runs and this page were all made on",
-               "no seed runs from this kind of machine")
-    assert any(words in section for words in made_on), section
-    assert "built on" in section or "this page were all made on" in section
+    """Which machines made the numbers is the seed table's caption, not a sentence of prose."""
+    section = pages[name].select_one("section#across-three-seeds")
+    caption = section.select_one("table caption")
+    assert caption is not None, "the seed table has no caption"
+    words = caption.get_text(" ", strip=True)
+    assert "made on" in words or "built on" in words, words
+    prose = " ".join(p.get_text(" ", strip=True) for p in section.select("p")
+                     if not p.find_parent("table") and not p.find_parent(class_="admonition"))
+    assert "made on" not in prose and "built on" not in prose, prose
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -298,3 +302,48 @@ def test_citations_link_to_the_pages_own_bibliography(pages, name):
     for a in cites:
         href = a["href"]
         assert href.startswith("#") and href[1:] in ids, f"{a.get_text(' ', strip=True)} -> {href}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_a_citation_names_one_work(pages, name):
+    """"Touvron et al., 2023" for two papers: works with the same printed author and year
+    carry a letter (2023a, 2023b), in the citation and in the bibliography alike."""
+    article = pages[name].select_one("article")
+    targets: dict[str, set] = {}
+    for link in article.select("a[href^='#id'], span.cite a, a.reference.internal"):
+        text = " ".join(link.get_text(" ", strip=True).split())
+        if re.search(r"\b(1[89]|20)\d\d[a-z]?\b", text) and link.get("href", "").startswith("#"):
+            targets.setdefault(text, set()).add(link["href"])
+    assert targets, "no author-year citations found"
+    shared = {text: hrefs for text, hrefs in targets.items() if len(hrefs) > 1}
+    assert not shared, f"one citation text for several works: {shared}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_printed_output_fits_the_column(pages, name):
+    """What a cell prints is held to the code's line length (ruff's 76, the column holds about
+    80 characters at 1280 px): a reader never scrolls sideways to find a number."""
+    long = [line for pre in pages[name].select("article div.cell_output pre")
+            for line in pre.get_text().splitlines() if len(line) > 80]
+    assert not long, long
+
+
+def test_the_frequency_baseline_is_scored_on_the_validation_text(pages):
+    """Chapter 2's "what a model that knew only those would score" is the cross-entropy of the
+    training text's character frequencies on the validation text, like every score it sits
+    beside; the training text's own entropy would flatter it."""
+    import math
+    from collections import Counter
+
+    import mlexp
+
+    train, val = mlexp.load_text_split()
+    counts = Counter(train)
+    total = sum(counts.values())
+    on_val = -sum(math.log2(counts[c] / total) for c in val) / len(val)
+    on_train = -sum(n / total * math.log2(n / total) for n in counts.values())
+    assert f"{on_val:.2f}" != f"{on_train:.2f}"  # the test can tell the two apart
+    text = article_text(pages["part1/chapter02"])
+    match = re.search(r"would score ([\d.]+) bits", text)
+    assert match, "the sentence on the frequency baseline is gone"
+    assert match.group(1) == f"{on_val:.2f}"

@@ -1,0 +1,63 @@
+"""Tell apart works that an author-year citation would print the same: 2023a, 2023b.
+
+sphinxcontrib-bibtex's ``author_year`` style prints "Touvron et al., 2023" for both LLaMA
+papers and "Mikolov et al., 2013" for both word2vec papers, so a reader cannot tell which one
+a sentence means. Author-year styles (APA, Chicago, natbib) add a letter to the year of every
+work whose printed author and year coincide; this extension does the same, once the
+bibliography is parsed and before any page cites it, so the citation and the bibliography
+entry both read "2023a". The letters follow the titles' alphabetical order. Nothing is
+written into ``references.bib``: a work added later re-letters its group on the next build.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sphinx.application import Sphinx
+
+#: Where the year as written in references.bib is kept, so that re-lettering is idempotent.
+PLAIN_YEAR = "x-plain-year"
+
+
+def printed_authors(entry) -> tuple[str, ...]:
+    """The authors as the author_year style prints them: one or two last names, or the
+    first last name and "et al." for three or more."""
+    people = entry.persons.get("author") or entry.persons.get("editor") or []
+    last = tuple(" ".join(p.last_names) for p in people)
+    return last if len(last) <= 2 else (last[0], "et al.")
+
+
+def title_order(entry) -> str:
+    return str(entry.fields.get("title", "")).replace("{", "").replace("}", "").lower()
+
+
+def letter_years(entries) -> dict[str, str]:
+    """The year each entry should print, by key: its own year, plus a letter where another
+    entry would otherwise print the same authors and year."""
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for key, entry in entries.items():
+        year = entry.fields.get(PLAIN_YEAR) or entry.fields.get("year", "")
+        groups[(printed_authors(entry), year)].append(key)
+    years = {}
+    for (_, year), keys in groups.items():
+        if len(keys) == 1:
+            years[keys[0]] = year
+            continue
+        ordered = sorted(keys, key=lambda k: title_order(entries[k]))
+        for letter, key in zip("abcdefghijklmnopqrstuvwxyz", ordered):
+            years[key] = f"{year}{letter}"
+    return years
+
+
+def disambiguate(app: Sphinx) -> None:
+    entries = app.env.get_domain("cite").bibdata.data.entries
+    years = letter_years(entries)
+    for key, entry in entries.items():
+        entry.fields.setdefault(PLAIN_YEAR, entry.fields.get("year", ""))
+        entry.fields["year"] = years[key]
+
+
+def setup(app: Sphinx) -> dict:
+    # After sphinxcontrib-bibtex has parsed the .bib files (its handler has the default 500).
+    app.connect("builder-inited", disambiguate, priority=600)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,92 @@
+"""Chapter 1's prose against its own code and its own lists, read from the built page.
+
+Two slips a review found: the page said the Vision Transformer's blocks were unchanged except
+for the mask while the code also switches RoPE off, and the seed summary announced "the ranking
+of the five removals" and listed four. Both tests read the HTML the README's build command writes
+(_build/html, or $MLEXP_SITE) and skip when the chapter has not been built.
+"""
+
+import re
+
+import pytest
+from bs4 import BeautifulSoup
+from test_site import CHAPTER, SITE, article_text
+
+NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+# The switches a Block passes on to its Attention: the ones that differ between the two models.
+SWITCHES = ("causal", "rope")
+
+
+@pytest.fixture(scope="module")
+def chapter() -> BeautifulSoup:
+    page = SITE / f"{CHAPTER}.html"
+    if not page.is_file():
+        pytest.skip(f"no built page at {page}; build the book first (README, command 1)")
+    return BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def sentences(text: str) -> list[str]:
+    return re.split(r"(?<=[.!?])\s+", flat(text))
+
+
+def says_switched_off(text: str, what: str) -> bool:
+    """Some sentence of ``text`` names ``what`` and says it is off, dropped or absent."""
+    off = re.compile(r"\b(?:off|without|drop\w*|remov\w*|no)\b", re.I)
+    return any(what in s and off.search(s) for s in sentences(text))
+
+
+def test_vit_text_names_every_switch_the_code_turns_off(chapter):
+    """The code builds the image model's blocks with the causal mask and RoPE off; the tab "Two
+    ends" and the caption of Figure 1.1 must say both, not "unchanged except for the mask"."""
+    from mlexp.transformer import TransformerLM, VisionTransformer
+
+    lm = TransformerLM(65, dim=128, n_layers=4, n_heads=4)
+    vit = VisionTransformer(n_classes=10)
+    lm_switches = {s: {getattr(b.attn, s) for b in lm.blocks} for s in SWITCHES}
+    vit_switches = {s: {getattr(b.attn, s) for b in vit.blocks} for s in SWITCHES}
+    assert lm_switches == {"causal": {True}, "rope": {True}}
+    assert vit_switches == {"causal": {False}, "rope": {False}}
+    # Nothing else in a block differs: the same layers in the same order, residuals on in both.
+    layers = [type(m).__name__ for m in lm.blocks[0].modules()]
+    assert layers == [type(m).__name__ for m in vit.blocks[0].modules()]
+    assert all(b.residual for b in [*lm.blocks, *vit.blocks])
+
+    two_ends = chapter.select(".sd-tab-set > .sd-tab-content")[2].get_text(" ")
+    caption = chapter.select_one("figure#fig-two-models figcaption").get_text(" ")
+    for where, text in (("tab 3", two_ends), ("Figure 1.1's caption", caption)):
+        assert says_switched_off(text, "mask"), f"{where} does not say the causal mask is off"
+        assert says_switched_off(text, "RoPE"), f"{where} does not say RoPE is off: {flat(text)}"
+    page = flat(article_text(chapter))
+    assert not re.search(r"unchanged except (?:that )?the causal mask", page)
+    assert "Only the bottom and top of the columns differ" not in page
+
+
+def announced_count(clause: str) -> int | None:
+    """The first number in ``clause`` that does not count seeds, as a digit or a word."""
+    for m in re.finditer(r"\b(\d+|[a-z]+)\b(?!\s+seeds?\b)", clause.lower()):
+        word = m.group(1)
+        if word.isdigit():
+            return int(word)
+        if word in NUMBER_WORDS:
+            return NUMBER_WORDS[word]
+    return None
+
+
+def test_seed_summary_announces_as_many_removals_as_it_lists(chapter):
+    section = chapter.select_one("section#across-three-seeds")
+    summary = next((flat(p.get_text(" ")) for p in section.select("p")
+                    if "most to least harmful" in p.get_text()), None)
+    if summary is None:
+        pytest.skip("the ranking did not hold in every seed, so the summary lists no order")
+    head, _, tail = summary.partition("most to least harmful")
+    # The sentence that introduces the list: from the last sentence end before it to the colon.
+    clause = sentences(head)[-1] + " " + tail.split(":", 1)[0]
+    listed = re.match(r"\s*(.+?)\.(?:\s|$)", tail.split(":", 1)[1]).group(1)
+    items = [i for i in re.split(r",\s*(?:and\s+)?|\s+and\s+", listed) if i.strip()]
+    count = announced_count(clause)
+    assert count is not None, f"no count announced before the list: {clause!r}"
+    assert count == len(items), f"announces {count}, lists {len(items)}: {summary!r}"
