@@ -9,7 +9,7 @@ a GPU build lies from the stored runs).
 
 Why not bfloat16 where the hardware has it? The book's models are small
 (under a million weights, batches of a few thousand tokens): one training
-step of Chapter 1's model is about 20 GFLOP, a fraction of a millisecond of
+step of Chapter 1's model is about 10 GFLOP, a fraction of a millisecond of
 float32 arithmetic on a data-centre GPU, while its few hundred kernel
 launches take milliseconds. A GPU is limited by launches here, and autocast
 adds cast kernels, so bfloat16 cannot buy much; on a T4 (compute capability

@@ -75,9 +75,10 @@ def test_a_chapter_runs_its_setup_and_seed_section_outside_the_checkout(tmp_path
         # The seed section, with seed 0's stored numbers standing in for this run's.
         shown = {{}}
         mlexp.glue_md = lambda name, text: shown.__setitem__(name, text)
-        namespace = {{"mlexp": mlexp}}
-        exec({glue_cell.split("for name, key in ABLATION_KEYS.items():")[0]!r}, namespace)
         values = {seed_0!r}
+        namespace = {{"mlexp": mlexp, "unigram_loss": values["unigram_loss"],
+                     "bigram_loss": values["bigram_loss"]}}
+        exec({glue_cell.split("for name, key in ABLATION_KEYS.items():")[0]!r}, namespace)
         namespace["ablation"] = {{
             name: values[key] for name, key in namespace["ABLATION_KEYS"].items()
         }}
