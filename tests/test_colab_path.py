@@ -68,8 +68,8 @@ def test_a_chapter_runs_its_setup_and_seed_section_outside_the_checkout(tmp_path
     seed_cell = next(c for c in cells if "mlexp.seed_section(" in c)
     stored = json.loads(notebook.with_suffix("").with_suffix(".seeds.json").read_text())
     seed_0 = next(r["values"] for r in stored["runs"] if r["offset"] == 0)
-    script = textwrap.dedent(f"""\
-        {setup!s}
+    glue_defs = glue_cell.split("for name, key in ABLATION_KEYS.items():")[0]
+    script = setup + "\n" + textwrap.dedent(f"""\
         assert "site-packages" in mlexp.__file__, mlexp.__file__
         print("device:", device_name)
         # The seed section, with seed 0's stored numbers standing in for this run's.
@@ -78,7 +78,7 @@ def test_a_chapter_runs_its_setup_and_seed_section_outside_the_checkout(tmp_path
         values = {seed_0!r}
         namespace = {{"mlexp": mlexp, "unigram_loss": values["unigram_loss"],
                      "bigram_loss": values["bigram_loss"]}}
-        exec({glue_cell.split("for name, key in ABLATION_KEYS.items():")[0]!r}, namespace)
+        exec({glue_defs!r}, namespace)
         namespace["ablation"] = {{
             name: values[key] for name, key in namespace["ABLATION_KEYS"].items()
         }}
