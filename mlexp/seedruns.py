@@ -15,7 +15,9 @@ Command line::
         --out book/part1/chapter01.seeds.json
 
 ``run`` writes the data file beside the notebook unless ``--out`` says
-otherwise; ``merge`` combines single-offset files (one per CI job) into one.
+otherwise; ``merge`` combines single-offset files (one per CI job) into one;
+``harvest`` stores the book build's own run (offset 0) of a chapter, read
+from the notebook the build executed.
 A failed run is reported, exits non-zero and writes nothing.
 """
 
@@ -124,7 +126,6 @@ def run_notebook(
     share the cores instead of fighting over them.
     """
     import nbformat
-    import torch
     from nbclient import NotebookClient
 
     notebook = pathlib.Path(notebook).resolve()
@@ -154,6 +155,22 @@ def run_notebook(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    return run_record(
+        nb, notebook, offset, time.perf_counter() - start, threads
+    )
+
+
+def run_record(
+    nb,
+    notebook: pathlib.Path,
+    offset: int,
+    seconds: float,
+    threads: int | None = None,
+) -> dict:
+    """The stored form of one executed run of ``notebook``: what it glued,
+    and its provenance as the chapter's kernel recorded it."""
+    import torch
+
     values = harvest_glue(nb)
     if PROVENANCE_KEY not in values:
         raise RuntimeError(
@@ -181,9 +198,36 @@ def run_notebook(
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds"
             ),
-            "run_seconds": round(time.perf_counter() - start, 1),
+            "run_seconds": round(seconds, 1),
         },
     }
+
+
+def harvest_build(
+    executed: str | os.PathLike, notebook: str | os.PathLike
+) -> dict:
+    """The book build's own run of a chapter (seed offset 0) as a stored
+    run, read from the notebook the build executed.
+
+    The build and a seed run with offset 0 execute the same code with the
+    same seeds, so the build's run need not be made twice. Its time is the
+    chapter's hands-on time, which every chapter glues.
+    """
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    values = harvest_glue(nb)
+    if "hands_on_minutes" not in values:
+        raise ValueError(
+            f"{executed} glued no 'hands_on_minutes': is it the executed "
+            "chapter (the build writes it under _build/jupyter_execute)?"
+        )
+    return run_record(
+        nb,
+        pathlib.Path(notebook).resolve(),
+        0,
+        float(values["hands_on_minutes"]) * 60,
+    )
 
 
 def run_offsets(
@@ -348,6 +392,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="default: <chapter>.seeds.json beside it",
     )
+    hvst = sub.add_parser(
+        "harvest",
+        help="store the book build's run of a chapter as seed offset 0",
+    )
+    hvst.add_argument("executed", type=pathlib.Path)
+    hvst.add_argument("--notebook", type=pathlib.Path, required=True)
     mrg = sub.add_parser(
         "merge", help="combine single-offset data files into one"
     )
@@ -363,6 +413,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "merge":
         write_atomic(args.out, merge(args.files, into=args.into))
+        return 0
+    if args.command == "harvest":
+        run = harvest_build(args.executed, args.notebook)
+        data = {"notebook": args.notebook.name, "runs": [run]}
+        with tempfile.TemporaryDirectory() as tmp:
+            fresh = pathlib.Path(tmp) / "fresh.json"
+            write_atomic(fresh, data)
+            merged = merge([fresh], into=data_path(args.notebook))
+        write_atomic(data_path(args.notebook), merged)
         return 0
     if not args.notebook.is_file():
         parser.error(f"no notebook at {args.notebook}")

@@ -196,16 +196,14 @@ def seed_section(
         "fingerprint": provenance.fingerprint(local),
         "machine": provenance.machine(device),
     }
+    # What the numbers depend on and where they were made, with the table's
+    # rows and the claims, so that tools outside the chapter compare what
+    # the page compares. A seed run stores it; a build's executed notebook
+    # keeps it too, so that the build's own run can be stored as its
+    # offset's (python -m mlexp.seedruns harvest).
+    recorded = {**here, "rows": dict(rows), "claims": list(claims or {})}
+    glue(PROVENANCE_KEY, json.dumps(recorded, sort_keys=True))
     if in_seed_run():
-        # The table's rows and the claims go with the run, so that tools
-        # outside the chapter (benchmarks/gpu_chapters.py) compare what the
-        # page compares.
-        recorded = {
-            **here,
-            "rows": dict(rows),
-            "claims": list(claims or {}),
-        }
-        glue(PROVENANCE_KEY, json.dumps(recorded, sort_keys=True))
         return None
 
     keys = list(rows.values())

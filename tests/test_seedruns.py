@@ -143,3 +143,30 @@ def test_a_run_stores_its_fingerprint_and_machine(tmp_path):
     assert run["provenance"]["machine"] == recorded["machine"]
     assert run["provenance"]["fingerprint"] == recorded["fingerprint"]
     assert seedruns.run_kind(run) == "fp32"
+
+
+def test_the_build_run_is_stored_as_offset_0(tmp_path):
+    """The book build already ran the chapter with seed offset 0: harvest stores that run
+    instead of making it again, keeping the chapter's other offsets."""
+    from nbclient import NotebookClient
+
+    recorded = {"fingerprint": {"code": "c", "mlexp": "m", "corpus": "k", "torch": "t"},
+                "machine": {"kind": "fp32", "name": "a CPU", "capability": "AVX2", "threads": 2},
+                "rows": {"full model": "abl_full"}, "claims": []}
+    source = ("import json\nfrom myst_nb import glue\n"
+              f"glue('seed_provenance', json.dumps({recorded!r}), display=False)\n"
+              "glue('abl_full', 1.74, display=False)\nglue('hands_on_minutes', 6.5, display=False)")
+    chapter = tmp_path / "chapter.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]), chapter)
+    seedruns.write_atomic(seedruns.data_path(chapter), {"notebook": chapter.name, "runs": [
+        run_of("fp32", 0, 9), run_of("fp32", 1, 7)]})
+    executed = nbformat.read(chapter, as_version=4)
+    NotebookClient(executed, kernel_name="python3").execute()
+    nbformat.write(executed, tmp_path / "executed.ipynb")
+    assert seedruns.main(["harvest", str(tmp_path / "executed.ipynb"), "--notebook", str(chapter)]) == 0
+    runs = json.loads(seedruns.data_path(chapter).read_text())["runs"]
+    assert [(r["offset"], r["values"].get("abl_full", r["values"].get("x"))) for r in runs] == [(0, 1.74), (1, 7)]
+    assert runs[0]["provenance"]["run_seconds"] == 390.0
+    assert runs[0]["provenance"]["rows"] == {"full model": "abl_full"}
+    with pytest.raises(ValueError, match="hands_on_minutes"):
+        seedruns.harvest_build(chapter, chapter)  # the source, not what the build executed
