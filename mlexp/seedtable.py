@@ -214,8 +214,11 @@ def seed_section(
         stored = []
     kind = here["machine"]["kind"]
     this_name = here["machine"]["name"]
-    own = [r for r in stored if machine_of(r).get("kind") == kind]
-    others = [r for r in stored if r not in own]
+    same_kind = [r for r in stored if machine_of(r).get("kind") == kind]
+    others = [r for r in stored if r not in same_kind]
+    # Runs made before a row was added to the table cannot fill it: stale.
+    own = [r for r in same_kind if set(keys) <= set(r["values"])]
+    lacking = len(own) < len(same_kind)
 
     stored_values = {
         int(r["offset"]): {k: float(r["values"][k]) for k in keys}
@@ -226,6 +229,9 @@ def seed_section(
     runs = {**stored_values, offset: {k: float(current[k]) for k in keys}}
     table = _table(rows, runs, offset)
     changed = _changed(here["fingerprint"], own) if own else []
+    if lacking:
+        changed.append("the rows of the seed table")
+        own = own or same_kind  # whose machines the warning names
     # Which machines made the numbers goes in the table's caption; what a
     # reader must act on (no comparable runs, stale data, drift beyond the
     # seeds' spread) in an admonition below it.

@@ -248,3 +248,14 @@ def test_a_chapter_without_seed_data_yet_shows_its_own_run(chapter_dir, monkeypa
     exec(cell_with("mlexp.seed_section("), namespace)
     assert "no seed runs from this kind of machine" in glued["seed_table"]
     assert table_rows(glued["seed_table"])[0] == ["full model", "1.740", "—", "1.740"]
+
+
+def test_runs_made_before_a_row_was_added_are_stale_not_a_crash(chapter_dir, monkeypatch):
+    """A chapter that adds a row to its seed table builds before its seeds are rerun."""
+    stored = three_seeds()
+    for run in stored:
+        del run["values"]["abl_no_norm"]
+    glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, stored)
+    note = glued["seed_table"]
+    assert ":class: stale-seed-data" in note and "the rows of the seed table changed" in note
+    assert table_rows(note)[0] == ["full model", "1.740", "—", "1.740"]  # this page alone
