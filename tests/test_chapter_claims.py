@@ -209,6 +209,7 @@ def test_position_costing_less_than_feed_forward_fails_the_build(chapter_dir, mo
     ("no position", 1.70, "removing RoPE hurts, but less than removing attention"),
     ("no residual", 3.45, "without residuals the loss ends at the unigram baseline"),
     ("no attention", 2.60, "without attention the loss ends near the bigram baseline"),
+    ("no feed-forward", 1.73, "removing the FFN hurts"),
 ])
 def test_a_contradicted_claim_fails_the_build(chapter_dir, monkeypatch, variant, value, claim):
     bad = list(TYPICAL)
