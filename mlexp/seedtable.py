@@ -319,15 +319,18 @@ def _duration(seconds: float) -> str:
 
 
 def timing_note(notebook: str, key: str, seconds: float, lead: str) -> str:
-    """A sentence for the prose before a long cell: how long it took in
-    this build, and on a GPU where a stored seed run measured it.
+    """A sentence for the prose before a long cell: how long it took on the
+    machine that built the page, and on a GPU where a stored seed run
+    measured it.
 
     ``seconds`` is this build's time, glued under ``key``; a stored run
     made on a GPU (its capability reads ``sm_...``) that glued the same key
     adds its time. ``lead`` starts the sentence ("The next cell trains
     for").
     """
-    text = f"{lead} {_duration(seconds)} in this build."
+    text = (
+        f"{lead} {_duration(seconds)} on the machine that built this page."
+    )
     try:
         stored = _stored_runs(notebook)
     except FileNotFoundError:
