@@ -548,7 +548,8 @@ def test_math_renders_with_the_network_blocked(chapter, page, page_log):
 
 def test_no_code_or_printed_output_scrolls_sideways(chapter, page, artifacts):
     """At 1280 px every code block of the chapter (code cells, code in the prose, and the
-    text a cell printed) fits the content column: a reader never scrolls to see a number."""
+    text a cell printed) fits the content column: a reader never scrolls to see a number.
+    (Printed lines wrap in the theme; test_site holds them to 80 characters.)"""
     open_page(page, chapter)
     assert page.locator("article div.cell_output pre").count() >= 5
     wide = page.evaluate(
