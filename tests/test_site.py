@@ -304,19 +304,37 @@ def test_citations_link_to_the_pages_own_bibliography(pages, name):
         assert href.startswith("#") and href[1:] in ids, f"{a.get_text(' ', strip=True)} -> {href}"
 
 
+def citation_texts(article) -> list[tuple[str, str]]:
+    """(printed citation, target) for every author-year citation: "Touvron et al. 2023b".
+    A parenthetical citation prints author and year inside its link; a textual one prints the
+    authors before a link that holds only the year."""
+    cited = []
+    for span in article.select("span.bibtex-citation"):
+        before = ""
+        for part in span.contents:
+            if getattr(part, "name", None) == "a":
+                text = part.get_text(" ", strip=True)
+                if not re.search(r"[A-Za-z]{2}", text):  # a year only: the authors precede it
+                    text = before.split(";")[-1] + " " + text
+                cited.append((" ".join(re.sub(r"[\[\],;]", " ", text).split()), part["href"]))
+                before = ""
+            else:
+                before += part.get_text(" ") if hasattr(part, "get_text") else str(part)
+    return cited
+
+
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_a_citation_names_one_work(pages, name):
     """"Touvron et al., 2023" for two papers: works with the same printed author and year
     carry a letter (2023a, 2023b), in the citation and in the bibliography alike."""
-    article = pages[name].select_one("article")
     targets: dict[str, set] = {}
-    for link in article.select("a[href^='#id'], span.cite a, a.reference.internal"):
-        text = " ".join(link.get_text(" ", strip=True).split())
-        if re.search(r"\b(1[89]|20)\d\d[a-z]?\b", text) and link.get("href", "").startswith("#"):
-            targets.setdefault(text, set()).add(link["href"])
-    assert targets, "no author-year citations found"
+    for text, href in citation_texts(pages[name].select_one("article")):
+        targets.setdefault(text, set()).add(href)
+    assert len(targets) >= 10, targets
     shared = {text: hrefs for text, hrefs in targets.items() if len(hrefs) > 1}
     assert not shared, f"one citation text for several works: {shared}"
+    labels = [d.select_one(".label").get_text(strip=True) for d in pages[name].select("div.citation")]
+    assert labels and all(re.search(r"\d\d[a-z]?\]?$", label) for label in labels), labels
 
 
 # Chapter 2's summary of character kinds prints two lines of 85 and 86 characters (a dict of

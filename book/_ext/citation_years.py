@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import pybtex.plugin
+from pybtex.style.formatting.alpha import Style as AlphaStyle
+from pybtex.style.labels.alpha import LabelStyle as AlphaLabelStyle
 from sphinx.application import Sphinx
 
 #: Where the year as written in references.bib is kept, so that re-lettering is idempotent.
@@ -57,7 +60,27 @@ def disambiguate(app: Sphinx) -> None:
         entry.fields["year"] = years[key]
 
 
+class LetteredAlphaLabels(AlphaLabelStyle):
+    """The bibliography's alpha labels ("TLI+23") read the year's last two digits; a lettered
+    year keeps its digits and letter ("TLI+23b", not "TLI+3b")."""
+
+    def format_label(self, entry):
+        label = super().format_label(entry)
+        year, plain = entry.fields.get("year", ""), entry.fields.get(PLAIN_YEAR)
+        if plain and year != plain:
+            return label[: -len(year[-2:])] + plain[-2:] + year[len(plain):]
+        return label
+
+
+class BookStyle(AlphaStyle):
+    """pybtex's alpha bibliography style with lettered labels."""
+
+    default_label_style = "lettered_alpha"
+
+
 def setup(app: Sphinx) -> dict:
+    pybtex.plugin.register_plugin("pybtex.style.labels", "lettered_alpha", LetteredAlphaLabels)
+    pybtex.plugin.register_plugin("pybtex.style.formatting", "book_alpha", BookStyle)
     # After sphinxcontrib-bibtex has parsed the .bib files (its handler has the default 500).
     app.connect("builder-inited", disambiguate, priority=600)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
