@@ -5,9 +5,10 @@ Every chapter that checks its findings across seeds calls
 :func:`seed_section` once, after its experiment, with the values it glued
 and the sentences it claims. The function:
 
-- in a seed run (:mod:`mlexp.seedruns`) only glues this run's fingerprint
-  and machine, so the runner can store them with the numbers, and returns
-  ``None``;
+- glues this run's fingerprint and machine, with the table's rows and the
+  claims, so that a seed run (:mod:`mlexp.seedruns`) or the build's own run
+  (``seedruns harvest``) can be stored with its numbers; in a seed run it
+  stops there and returns ``None``;
 - in a build, reads ``<chapter>.seeds.json`` and keeps the stored runs of
   this build's kind of arithmetic (:mod:`mlexp.precision`: float32 on every
   device, so a GPU build is judged against runs made on a CPU; runs of
