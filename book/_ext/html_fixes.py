@@ -3,6 +3,9 @@
 - Sphinx 7.4 emits an inline script twice when an extension adds it after setup
   (fixed upstream in sphinx-doc/sphinx#13402, which Jupyter Book 1 cannot use yet); the
   second copy throws "Identifier ... has already been declared" in the console.
+- myst-nb's fold of a hidden code cell names its toggle "Toggle hidden content" while it shows
+  "Show code cell source"; axe requires the visible text in the accessible name, so the
+  summary keeps its visible text as its name.
 - docutils marks bibliography entries with the deprecated ARIA role ``doc-biblioentry``
   inside a ``role="list"``, which screen readers (and axe) reject; they are list items.
 """
@@ -30,6 +33,8 @@ def repair_page(app: Sphinx, pagename: str, templatename: str, context: dict, do
         context["script_files"] = _unique_scripts(context["script_files"])
     if "body" in context:
         context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
+        context["body"] = context["body"].replace(
+            '<summary aria-label="Toggle hidden content">', "<summary>")
 
 
 def setup(app: Sphinx) -> dict:
