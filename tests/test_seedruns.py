@@ -170,3 +170,22 @@ def test_the_build_run_is_stored_as_offset_0(tmp_path):
     assert runs[0]["provenance"]["rows"] == {"full model": "abl_full"}
     with pytest.raises(ValueError, match="hands_on_minutes"):
         seedruns.harvest_build(chapter, chapter)  # the source, not what the build executed
+
+
+def test_harvest_reads_the_glue_file_myst_nb_writes_beside_the_executed_notebook(tmp_path):
+    """The build's executed copy keeps no glue outputs: myst-nb writes them to <name>.glue.json."""
+    recorded = {"fingerprint": {"code": "c", "mlexp": "m", "corpus": "k", "torch": "t"},
+                "machine": {"kind": "fp32", "name": "a CPU"}, "rows": {}, "claims": []}
+
+    def glued(name, value):
+        return {"output_type": "display_data", "data": {"text/plain": repr(value)},
+                "metadata": {"scrapbook": {"name": name, "mime_prefix": "application/papermill.record/"}}}
+
+    executed = tmp_path / "chapter.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), executed)
+    (tmp_path / "chapter.glue.json").write_text(json.dumps({
+        "seed_provenance": glued("seed_provenance", json.dumps(recorded)),
+        "abl_full": glued("abl_full", 1.74), "hands_on_minutes": glued("hands_on_minutes", 2.0)}))
+    run = seedruns.harvest_build(executed, executed)
+    assert run["offset"] == 0 and run["values"]["abl_full"] == 1.74
+    assert run["provenance"]["run_seconds"] == 120.0 and run["provenance"]["machine"]["name"] == "a CPU"
