@@ -421,12 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "harvest":
         run = harvest_build(args.executed, args.notebook)
-        data = {"notebook": args.notebook.name, "runs": [run]}
-        with tempfile.TemporaryDirectory() as tmp:
-            fresh = pathlib.Path(tmp) / "fresh.json"
-            write_atomic(fresh, data)
-            merged = merge([fresh], into=data_path(args.notebook))
-        write_atomic(data_path(args.notebook), merged)
+        _store_beside(args.notebook, [run])
         return 0
     if not args.notebook.is_file():
         parser.error(f"no notebook at {args.notebook}")
@@ -448,15 +443,23 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    data = {"notebook": args.notebook.name, "runs": runs}
-    # beside the chapter: keep its stored runs of other kinds
     if args.out is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            fresh = pathlib.Path(tmp) / "fresh.json"
-            write_atomic(fresh, data)
-            data = merge([fresh], into=data_path(args.notebook))
-    write_atomic(args.out or data_path(args.notebook), data)
+        _store_beside(args.notebook, runs)
+    else:
+        write_atomic(
+            args.out, {"notebook": args.notebook.name, "runs": runs}
+        )
     return 0
+
+
+def _store_beside(notebook: pathlib.Path, runs: list[dict]) -> None:
+    """Merge ``runs`` into the chapter's data file, keeping its stored runs
+    of other kinds and offsets."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = pathlib.Path(tmp) / "fresh.json"
+        write_atomic(fresh, {"notebook": notebook.name, "runs": runs})
+        merged = merge([fresh], into=data_path(notebook))
+    write_atomic(data_path(notebook), merged)
 
 
 if __name__ == "__main__":
