@@ -44,6 +44,7 @@ __all__ = [
     "ntk_base",
     "PositionalAttention",
     "PositionalLM",
+    "loss_by_position",
 ]
 
 
@@ -102,14 +103,18 @@ class LearnedPosition(Position):
     """A learned vector per position, one row for each position trained on
     (GPT, BERT, GPT-2's ``wpe``).
 
-    The table starts at zero, so that a model with it starts from the same
-    weights as its siblings without one. It has no row past its length:
-    asking for one raises rather than wrapping or clamping in silence.
+    The rows start as random as the token embeddings' rows, drawn when the
+    model is built (``reset_parameters``). The table has no row past its
+    length: asking for one raises rather than wrapping or clamping in
+    silence.
     """
 
     def __init__(self, n_positions: int, dim: int):
         super().__init__()
         self.table = nn.Parameter(torch.zeros(n_positions, dim))
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.table)  # as nn.Embedding draws its rows
 
     def add_to_tokens(self, x: Tensor, positions: Tensor) -> Tensor:
         n = self.table.shape[0]
@@ -276,6 +281,9 @@ class PositionalLM(TransformerLM):
         self.position = position
         for block in self.blocks:
             block.attn = PositionalAttention(dim, n_heads, position)
+        # Last, so that the weights every scheme shares are drawn alike.
+        if hasattr(position, "reset_parameters"):
+            position.reset_parameters()
 
     def with_position(self, position: Position) -> PositionalLM:
         """A copy of this model, trained weights and all, reading position
@@ -321,3 +329,39 @@ class PositionalLM(TransformerLM):
             return logits, None
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
+
+
+@torch.no_grad()
+def loss_by_position(
+    model: PositionalLM,
+    ids: Tensor,
+    length: int,
+    positions: Tensor | None = None,
+    batch_size: int = 64,
+) -> Tensor:
+    """Mean next-token loss at each position of a window, shape (length,).
+
+    The text is cut into every non-overlapping window of ``length`` tokens;
+    entry p is the loss on the token after position p, averaged over all
+    windows, so position 0 predicts from one token and the last position
+    from ``length``. ``positions`` replaces 0, 1, 2, ... (clamped ones for a
+    learned table, say).
+    """
+    n = (len(ids) - 1) // length
+    if n < 1:
+        raise ValueError(
+            f"{len(ids):,} tokens hold no window of {length + 1}; pass a "
+            "longer text or a shorter length"
+        )
+    model.eval()
+    device = model.head.weight.device
+    # (n * length + 1,) -> inputs and targets, (n, length) each
+    x = ids[: n * length].view(n, length).to(device)
+    y = ids[1 : n * length + 1].view(n, length).to(device)
+    total = torch.zeros(length, dtype=torch.float64, device=device)
+    for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
+        logits, _ = model(xb, positions=positions)
+        # (B, length, vocab) -> (B, vocab, length): a loss per token
+        loss = F.cross_entropy(logits.transpose(1, 2), yb, reduction="none")
+        total += loss.sum(dim=0).double()
+    return (total / n).cpu()

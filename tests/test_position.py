@@ -16,6 +16,7 @@ from mlexp.position import (
     PositionalLM,
     RoPE,
     Sinusoidal,
+    loss_by_position,
     ntk_base,
 )
 from mlexp.transformer import TransformerLM, apply_rope
@@ -72,7 +73,7 @@ def test_the_models_share_every_weight_but_the_position_table():
         for key, value in model.named_parameters():
             if "position" in key.split("."):
                 assert name == "learned"
-                assert torch.count_nonzero(value) == 0  # starts at zero
+                assert 0.8 < value.std() < 1.2  # as random as the tokens
                 continue
             torch.testing.assert_close(value, reference[key], msg=key)
 
@@ -114,8 +115,6 @@ def test_no_position_is_chapter_1s_model_without_rope(tokens):
 )
 def test_only_relative_schemes_ignore_a_shift(name, relative):
     model = build(schemes()[name]).double()
-    if name == "learned":  # a table of zeros would ignore the shift
-        torch.nn.init.normal_(model.position.table)
     idx = torch.randint(VOCAB, (1, 8))
     with torch.no_grad():
         here, _ = model(idx, positions=torch.arange(8))
@@ -236,3 +235,25 @@ def test_hidden_states_are_the_residual_stream(tokens):
 def test_positions_need_one_per_token(tokens):
     with pytest.raises(ValueError, match=r"shape \(16,\)"):
         build(RoPE(HEAD_DIM))(tokens, positions=torch.arange(T + 1))
+
+
+def test_loss_by_position_averages_every_window():
+    model = build(RoPE(HEAD_DIM))
+    ids = torch.randint(
+        VOCAB, (3 * T + 5,), generator=torch.Generator().manual_seed(2)
+    )
+    curve = loss_by_position(model, ids, T, batch_size=2)
+    assert curve.shape == (T,)
+    # the same number, computed window by window
+    with torch.no_grad():
+        windows = [
+            F.cross_entropy(
+                model(ids[i * T : (i + 1) * T][None])[0][0],
+                ids[i * T + 1 : (i + 1) * T + 1],
+                reduction="none",
+            )
+            for i in range(3)
+        ]
+    torch.testing.assert_close(curve, torch.stack(windows).mean(0).double())
+    with pytest.raises(ValueError, match="no window"):
+        loss_by_position(model, ids[:T], T)
