@@ -35,6 +35,15 @@ from transformers.models.llama.modeling_llama import (  # noqa: E402
 DIM, HEADS, HIDDEN, T = 64, 4, 96, 11
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread is as fast, and cannot stall on a core another job holds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def llama_layer(n_kv_heads):
     """A float64 LlamaDecoderLayer of our block's shape, with its RoPE table."""
     config = LlamaConfig(
