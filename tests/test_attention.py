@@ -52,7 +52,7 @@ def llama_layer(n_kv_heads):
         num_attention_heads=HEADS,
         num_key_value_heads=n_kv_heads,
         rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        rope_theta=10000.0,  # Chapter 1's base; transformers 5 moves it into rope_parameters
         max_position_embeddings=64,
         attention_bias=False,
         mlp_bias=False,
@@ -78,7 +78,8 @@ def run_llama(layer, rotary, x):
     # The decoder layer alone gets no mask from a model around it: pass the causal one.
     future = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1)
     mask = torch.zeros(1, 1, *future.shape, dtype=x.dtype).masked_fill(future, float("-inf"))
-    return layer(x, attention_mask=mask, position_ids=positions, position_embeddings=cos_sin)
+    out = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=cos_sin)
+    return out[0] if isinstance(out, tuple) else out  # transformers 4 returned a tuple
 
 
 def copy_norms_and_ffn(block, layer):
