@@ -79,9 +79,7 @@ def memory(fn, *args) -> tuple[int, int]:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn(*args)
     events = sorted(
-        (e.start_ns(), e.nbytes())
-        for e in prof.profiler.kineto_results.events()
-        if e.name() == "[memory]"
+        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
     )
     live = peak = largest = 0
     for _, nbytes in events:
@@ -102,8 +100,10 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     lengths = [256 * 2**i for i in range(int(math.log2(args.max_t // 256)) + 1)]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, float32, "
-          f"B={B}, H={H}, head dim {D}, causal")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread, float32, "
+        f"B={B}, H={H}, head dim {D}, causal"
+    )
     print("memory in MiB; law = B*H*T^2*4 bytes (one score matrix)")
     header = (
         f"{'T':>5} | {'naive ms':>9} {'sdpa ms':>8} {'ratio':>6} | {'law':>8} "
@@ -130,8 +130,10 @@ def main() -> None:
         )
         if previous is not None:
             growth = (n_peak / previous[0], f_peak / previous[1])
-            print(f"{'':>5}   peak memory x{growth[0]:.2f} (naive), x{growth[1]:.2f} (sdpa) "
-                  "since the previous T")
+            print(
+                f"{'':>5}   peak memory x{growth[0]:.2f} (naive), x{growth[1]:.2f} (sdpa) "
+                "since the previous T"
+            )
         previous = (n_peak, f_peak)
 
 

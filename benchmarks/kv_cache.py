@@ -58,10 +58,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, float32, batch 1, "
-          f"{args.prompt}-token prompt, {args.new} new tokens, greedy, median of {args.repeats}")
-    header = (f"{'variant':<13} {'params':>8} {'cache B/token':>13} {'no cache tok/s':>14} "
-              f"{'cache tok/s':>11} {'speed-up':>8}  identical")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread, float32, batch 1, "
+        f"{args.prompt}-token prompt, {args.new} new tokens, greedy, median of {args.repeats}"
+    )
+    header = (
+        f"{'variant':<13} {'params':>8} {'cache B/token':>13} {'no cache tok/s':>14} "
+        f"{'cache tok/s':>11} {'speed-up':>8}  identical"
+    )
     print(header)
     print("-" * len(header))
     for name, make in VARIANTS.items():
@@ -83,9 +87,11 @@ def main() -> None:
         assert held == per_token, (held, per_token)
         rate_plain = args.new / statistics.median(plain)
         rate_cached = args.new / statistics.median(cached)
-        print(f"{name:<13} {mlexp.count_params(model):>8,} {per_token:>13,} "
-              f"{rate_plain:>14.0f} {rate_cached:>11.0f} {rate_cached / rate_plain:>7.2f}x  "
-              f"{torch.equal(out_plain, out_cached)}")
+        print(
+            f"{name:<13} {mlexp.count_params(model):>8,} {per_token:>13,} "
+            f"{rate_plain:>14.0f} {rate_cached:>11.0f} {rate_cached / rate_plain:>7.2f}x  "
+            f"{torch.equal(out_plain, out_cached)}"
+        )
 
 
 if __name__ == "__main__":

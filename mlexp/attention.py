@@ -186,25 +186,50 @@ class GroupedQueryAttention(nn.Module):
         # set by kv_cache() while generating; None in training
         self.cache: KVCache | None = None
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _heads(self, x: Tensor, start: int) -> tuple[Tensor, ...]:
+        """Rotated queries (B, H, T, D); rotated keys and values
+        (B, K, T, D), for tokens whose first sits at ``start``."""
         B, T, _ = x.shape
         H, K, D = self.n_heads, self.n_kv_heads, self.head_dim
-        start = len(self.cache) if self.cache is not None else 0
         # (B, T, H * D) -> (B, H, T, D); keys and values with K heads
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)
         k = self.k_proj(x).view(B, T, K, D).transpose(1, 2)
         v = self.v_proj(x).view(B, T, K, D).transpose(1, 2)
-        q, k = rope_from(q, start), rope_from(k, start)
+        return rope_from(q, start), rope_from(k, start), v
+
+    def _shared(self, t: Tensor) -> Tensor:
+        """Each key/value head serves n_heads // n_kv_heads query heads
+        in a row: (B, K, S, D) -> (B, H, S, D)."""
+        return t.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        start = len(self.cache) if self.cache is not None else 0
+        q, k, v = self._heads(x, start)
         if self.cache is not None:
             # (B, K, start + T, D) each
             k, v = self.cache.append(k, v)
-        # each key/value head serves H // K query heads in a row:
-        # (B, K, S, D) -> (B, H, S, D)
-        k = k.repeat_interleave(H // K, dim=1)
-        v = v.repeat_interleave(H // K, dim=1)
-        y = _attend(q, k, v, scale=1 / math.sqrt(D))
+        k, v = self._shared(k), self._shared(v)
+        y = _attend(q, k, v, scale=1 / math.sqrt(self.head_dim))
         # (B, H, T, D) -> (B, T, H * D)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, H * D))
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+    @torch.no_grad()
+    def attention_weights(self, x: Tensor) -> Tensor:
+        """How much each position attends to each earlier one:
+        (B, n_heads, T, T), rows summing to 1.
+
+        The fused kernel in ``forward`` never stores these; here they are
+        written out, softmax(Q K^T / sqrt(D)) under the causal mask, so a
+        chapter can draw and measure them.
+        """
+        q, k, _ = self._heads(x, start=0)
+        T = x.shape[1]
+        # (B, H, T, D) @ (B, H, D, T) -> (B, H, T, T)
+        scores = q @ self._shared(k).transpose(-2, -1)
+        scores = scores / math.sqrt(self.head_dim)
+        future = ~_causal_mask(T, T, x.device)
+        return scores.masked_fill(future, float("-inf")).softmax(dim=-1)
 
     def cache_elements_per_token(self) -> int:
         """Numbers cached per token in this layer: a key and a value for

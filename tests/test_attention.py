@@ -133,9 +133,7 @@ def test_grouped_attention_with_all_heads_is_chapter1_attention():
     ours = GroupedQueryAttention(DIM, HEADS, HEADS)
     theirs = mlexp.transformer.Attention(DIM, HEADS)
     with torch.no_grad():
-        theirs.qkv.weight.copy_(
-            torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
-        )
+        theirs.qkv.weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
         theirs.out.weight.copy_(ours.o_proj.weight)
     x = torch.randn(2, T, DIM)
     assert torch.allclose(ours(x), theirs(x), atol=1e-6)
@@ -327,6 +325,7 @@ def test_kv_cache_appends_along_time():
 def test_recurrent_lm_size_contract_and_causality():
     model = RecurrentLM(65)
     chapter1 = mlexp.count_params(TransformerLM(65))
+    assert mlexp.count_params(model) == 822_849  # the docstring says so
     assert abs(mlexp.count_params(model) / chapter1 - 1) < 0.05
     idx = torch.randint(65, (2, 10))
     logits, loss = model(idx, idx, include_aux=False)
@@ -345,8 +344,26 @@ def test_recurrent_lm_size_contract_and_causality():
 
 def test_train_lm_trains_every_variant():
     ids = torch.randint(65, (2000,))
-    for model in (RecurrentLM(65, dim=32), attention_lm(65, lambda d: LatentAttention(d, 4, 16, 8), dim=32, n_layers=1)):
+    for model in (
+        RecurrentLM(65, dim=32),
+        attention_lm(65, lambda d: LatentAttention(d, 4, 16, 8), dim=32, n_layers=1),
+    ):
         torch.manual_seed(0)
-        history = mlexp.train_lm(model, ids[:1500], ids[1500:], steps=3, block_size=16, log=False, eval_batches=1, batch_size=4)
+        history = mlexp.train_lm(
+            model, ids[:1500], ids[1500:], steps=3, block_size=16, log=False, eval_batches=1, batch_size=4
+        )
         assert len(history["val"]) == 2 and model.context_length == 16
         assert isinstance(model, nn.Module)
+
+
+def test_attention_weights_are_the_ones_forward_uses():
+    torch.manual_seed(0)
+    attn = GroupedQueryAttention(DIM, HEADS, 2).double()
+    x = torch.randn(2, T, DIM, dtype=torch.float64)
+    weights = attn.attention_weights(x)
+    assert weights.shape == (2, HEADS, T, T)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, HEADS, T, dtype=torch.float64))
+    assert torch.equal(weights.triu(1), torch.zeros_like(weights))  # nothing from the future
+    _, _, v = attn._heads(x, 0)
+    y = (weights @ attn._shared(v)).transpose(1, 2).reshape(2, T, DIM)
+    assert (attn.o_proj(y) - attn(x)).abs().max() < 1e-10
