@@ -15,7 +15,7 @@ uncached run's work grows with the whole sequence, as a cache's saving does.
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/kv_cache.py [--new 200] [--repeats 3]
+    PYTHONPATH=. python benchmarks/kv_cache.py [--new 200] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--new", type=int, default=200)
     parser.add_argument("--prompt", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(

@@ -294,7 +294,7 @@ class LatentAttention(nn.Module):
         self.n_heads, self.head_dim = n_heads, head_dim
         self.latent_dim, self.rope_dim = latent_dim, rope_dim
         self.absorb = absorb
-        # names follow DeepSeek-V2's equations (9) to (19)
+        # names follow the matrices of DeepSeek-V2 §2.1 (W^Q, W^QR, ...)
         self.w_q = nn.Linear(dim, n_heads * head_dim, bias=False)
         self.w_qr = nn.Linear(dim, n_heads * rope_dim, bias=False)
         self.w_dkv = nn.Linear(dim, latent_dim, bias=False)
