@@ -1,0 +1,98 @@
+"""Generation speed with and without a KV cache, for Chapter 1's size of model.
+
+Builds Chapter 4's four attention variants at Chapter 1's size (128 wide, 4 blocks, 4 query
+heads; MHA, GQA with 2 key/value heads, MQA, MLA with a 48-wide latent and a 16-wide RoPE
+key) and generates 200 new tokens after a 16-token prompt, batch 1, greedy, one thread,
+once with ``mlexp.attention.generate(..., use_cache=False)`` (the whole sequence re-run every
+step) and once with the cache (the prompt once, then one token per step). Both ways run in
+the same process, alternating, and each figure is the median of a few runs. It also
+checks that both return the same tokens, and prints the cache's bytes per token (from the
+shapes) and what the cache held at the end.
+
+The weights are untrained: speed does not depend on them. 216 tokens are past the
+chapter's trained context of 64; generate does not crop (see its docstring), so the
+uncached run's work grows with the whole sequence, as a cache's saving does.
+
+Usage::
+
+    PYTHONPATH=. python benchmarks/kv_cache.py [--new 200] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import mlexp
+from mlexp.attention import (
+    GroupedQueryAttention,
+    LatentAttention,
+    attention_lm,
+    generate,
+    kv_cache,
+    kv_cache_bytes_per_token,
+)
+
+VARIANTS = {
+    "MHA": lambda d: GroupedQueryAttention(d, 4, 4),
+    "GQA-2": lambda d: GroupedQueryAttention(d, 4, 2),
+    "MQA": lambda d: GroupedQueryAttention(d, 4, 1),
+    "MLA": lambda d: LatentAttention(d, 4, latent_dim=48, rope_dim=16),
+    "MLA absorbed": lambda d: LatentAttention(d, 4, latent_dim=48, rope_dim=16, absorb=True),
+}
+
+
+def timed(model, prompt, n_new, use_cache) -> tuple[float, torch.Tensor]:
+    start = time.perf_counter()
+    out = generate(model, prompt, n_new, temperature=0.0, use_cache=use_cache)
+    return time.perf_counter() - start, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--new", type=int, default=200)
+    parser.add_argument("--prompt", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread, float32, batch 1, "
+        f"{args.prompt}-token prompt, {args.new} new tokens, greedy, median of {args.repeats}"
+    )
+    header = (
+        f"{'variant':<13} {'params':>8} {'cache B/token':>13} {'no cache tok/s':>14} "
+        f"{'cache tok/s':>11} {'speed-up':>8}  identical"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, make in VARIANTS.items():
+        torch.manual_seed(0)
+        model = attention_lm(65, make).eval()
+        prompt = torch.randint(65, (1, args.prompt))
+        timed(model, prompt, 10, False)  # warm-up
+        timed(model, prompt, 10, True)
+        plain, cached = [], []
+        for _ in range(args.repeats):
+            seconds, out_plain = timed(model, prompt, args.new, False)
+            plain.append(seconds)
+            seconds, out_cached = timed(model, prompt, args.new, True)
+            cached.append(seconds)
+        with torch.no_grad(), kv_cache(model) as caches:
+            model(out_cached)
+            held = sum(c.nbytes() for c in caches) // out_cached.shape[1]
+        per_token = kv_cache_bytes_per_token(model)
+        assert held == per_token, (held, per_token)
+        rate_plain = args.new / statistics.median(plain)
+        rate_cached = args.new / statistics.median(cached)
+        print(
+            f"{name:<13} {mlexp.count_params(model):>8,} {per_token:>13,} "
+            f"{rate_plain:>14.0f} {rate_cached:>11.0f} {rate_cached / rate_plain:>7.2f}x  "
+            f"{torch.equal(out_plain, out_cached)}"
+        )
+
+
+if __name__ == "__main__":
+    main()
