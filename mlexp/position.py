@@ -134,8 +134,8 @@ def ntk_base(base: float, scale: float, head_dim: int) -> float:
     """The base that "NTK-aware" scaling gives RoPE to stretch its context
     by ``scale``: base * scale^(d / (d - 2)), d the head width.
 
-    The slowest pair then turns ``scale`` times slower while the fastest is
-    almost unchanged, so neighbouring tokens keep their resolution.
+    The slowest pair then turns exactly ``scale`` times slower while the
+    fastest is unchanged, so neighbouring tokens keep their resolution.
     """
     return base * scale ** (head_dim / (head_dim - 2))
 
