@@ -22,7 +22,7 @@ import dataclasses
 import datetime
 import json
 import pathlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from . import seedruns, seedtable
 
@@ -32,6 +32,7 @@ __all__ = [
     "StoredRun",
     "chapter_evidence",
     "read_glue",
+    "read_glue_outputs",
     "top_line",
 ]
 
@@ -141,6 +142,12 @@ class ChapterEvidence:
         label = {key: name for name, key in self.rows.items()}
         (drift, drift_key), (spread, spread_key) = a.drift, a.spread
         verdict = "within" if drift <= spread else "beyond"
+        if drift < 0.0005:  # the seed section's words for the same case
+            return (
+                "matches the stored run to three decimals; the seeds' "
+                f"standard deviation is up to {spread:.3f} "
+                f"({label.get(spread_key, spread_key)})"
+            )
         return (
             f"{drift:.3f} ({label.get(drift_key, drift_key)}) against a "
             f"seed standard deviation of up to {spread:.3f} "
@@ -163,9 +170,15 @@ def read_glue(path: str | pathlib.Path) -> dict[str, object]:
     path = pathlib.Path(path)
     if not path.is_file():
         return {}
-    outputs = list(json.loads(path.read_text(encoding="utf-8")).values())
+    return read_glue_outputs(
+        json.loads(path.read_text(encoding="utf-8")).values()
+    )
+
+
+def read_glue_outputs(outputs: Iterable[dict]) -> dict[str, object]:
+    """The glued numbers and strings among a notebook's outputs."""
     return seedruns.harvest_glue(
-        {"cells": [{"cell_type": "code", "outputs": outputs}]}
+        {"cells": [{"cell_type": "code", "outputs": list(outputs)}]}
     )
 
 

@@ -191,11 +191,18 @@ def exec_seconds(env, docname: str, glued: dict) -> float | None:
     return None
 
 
-def gather(app: Sphinx) -> list:
-    """Every chapter of the table of contents with a seed section, as mlexp.evidencepage sees it."""
+def _evidencepage():
+    """mlexp's page module, from this checkout."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from mlexp import evidencepage
+
+    return evidencepage
+
+
+def gather(app: Sphinx) -> list:
+    """Every chapter of the table of contents with a seed section, as mlexp.evidencepage sees it."""
+    evidencepage = _evidencepage()
 
     env = app.env
     output = pathlib.Path(env.mystnb_config.output_folder)
@@ -354,8 +361,7 @@ def fill_summary(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     placeholders = list(doctree.findall(evidence_summary))
     if not placeholders:
         return
-    from mlexp import evidencepage
-
+    evidencepage = _evidencepage()
     chapters = gather(app)
     content: list[nodes.Node] = [nodes.paragraph("", evidencepage.top_line(chapters),
                                                  classes=["evidence-top-line"])]
