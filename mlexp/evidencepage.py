@@ -136,7 +136,7 @@ class ChapterEvidence:
         offset, against the seeds' largest standard deviation."""
         a = self.assessment
         if not self.current:
-            return "not compared: no current stored runs"
+            return "not compared, as the stored runs are not current"
         if a.drift is None or a.spread is None:
             return f"no stored run with seed offset {a.offset}"
         label = {key: name for name, key in self.rows.items()}

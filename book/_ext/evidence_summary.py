@@ -288,13 +288,28 @@ def _table(headers: list[str], rows: list[list[nodes.Node | str]], classes: list
     return table
 
 
-RESULT_WORDS = {True: "held", False: "failed", None: "—"}
+#: How a result shows (a mark, for narrow columns) and what a screen reader says.
+RESULT_MARKS = {True: ("✓", "held"), False: ("✗", "failed"), None: ("–", "not tested")}
 
 
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "not recorded"
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def _result(claim, run: str) -> nodes.Node:
+    """A claim's result in one run: a mark, with its word for screen readers."""
+    if not claim.recorded:
+        return nodes.Text("not recorded")
+    result = claim.results.get(run)
+    mark, word = RESULT_MARKS[result]
+    unchecked = run != "this build" and run not in claim.checked and result is not None
+    cell = nodes.inline(classes=["evidence-result", f"evidence-result-{word.replace(' ', '-')}"])
+    cell += nodes.inline("", mark + ("*" if unchecked else ""), classes=["evidence-mark"])
+    cell += nodes.inline("", f" {word}" + (", not checked" if unchecked else ""),
+                         classes=["evidence-sr"])
+    return cell
 
 
 def chapter_section(app: Sphinx, fromdoc: str, chapter) -> nodes.section:
@@ -324,21 +339,19 @@ def chapter_section(app: Sphinx, fromdoc: str, chapter) -> nodes.section:
         sentence = _link(app, fromdoc, chapter.docname, claim.anchor or seeds_anchor, claim.sentence)
         cells: list[nodes.Node | str] = [sentence, _badge(app, fromdoc, claim.tag)]
         for run in runs:
-            result = claim.results.get(run)
-            word = RESULT_WORDS[result] if claim.recorded else "not recorded"
-            if run != "this build" and run not in claim.checked and result is not None:
-                word += "*"
-            cells.append(nodes.inline("", word, classes=[f"evidence-result-{word.rstrip('*').replace(' ', '-')}"]))
+            cells.append(_result(claim, run))
         rows.append(cells)
     section += _table(headers, rows, ["evidence-claims"], [40, 12, *[8] * len(runs)])
+    legend = "✓ held, ✗ failed, – could not be tested."
     unchecked = [r for r in runs if r != "this build" and any(
         r not in c.checked and c.results.get(r) is not None for c in chapter.claims)]
-    if unchecked:
-        section += nodes.paragraph(
-            "", "* A stored run the build does not check against: "
-            + ("the data is stale." if not chapter.current else
-               f"this build, with seed offset {chapter.assessment.offset}, stands in for it."),
-            classes=["evidence-footnote"])
+    if not any(c.recorded for c in chapter.claims):
+        legend = "This build did not record the claims' results; the next full build will."
+    elif unchecked:
+        legend += " * A stored run the build does not check the claims against: " + (
+            "its data is stale." if not chapter.current else
+            f"this build, with seed offset {chapter.assessment.offset}, stands in for it.")
+    section += nodes.paragraph("", legend, classes=["evidence-footnote"])
 
     stored_rows = [[str(s.offset), s.machine, s.kind, s.date, _duration(s.run_seconds)]
                    for s in chapter.stored]
@@ -351,8 +364,8 @@ def chapter_section(app: Sphinx, fromdoc: str, chapter) -> nodes.section:
     build = nodes.paragraph(classes=["evidence-build"])
     build += nodes.Text(
         f"This build: {machine}, seed offset {chapter.assessment.offset}, executed in "
-        f"{_duration(chapter.exec_seconds)}. Largest drift from the stored run of its offset: "
-        f"{chapter.drift}.")
+        f"{_duration(chapter.exec_seconds)}. Largest drift from the stored run of the same "
+        f"offset: {chapter.drift}.")
     section += build
     return section
 
