@@ -253,3 +253,30 @@ def test_when_every_claim_holds_the_page_warns_of_nothing(tmp_path, monkeypatch)
     n = sum(len(claims_of(book, d)) for d in chapters_of(book))
     assert page.select_one(".evidence-top-line").get_text().startswith(
         f"{n} claims checked in this build, {n} held")
+
+
+def test_a_rebuild_without_changes_still_fills_the_page(built):
+    """Sphinx writes only what it read again; the page is read on every build, so a rebuild
+    that takes every chapter from the cache (or does not read it at all) still reports them,
+    from the glue files the earlier build left in _build/jupyter_execute."""
+    book, _, first = built
+    result = build(book)
+    assert "evidence-at-a-glance" in result.stdout  # read and written again
+    page = BeautifulSoup((book / "_build/html/evidence-at-a-glance.html").read_text(), "html.parser")
+    assert page.select_one(".evidence-top-line").get_text() == first.select_one(
+        ".evidence-top-line").get_text()
+    assert len(page.select("section.evidence-chapter")) == 3
+
+
+def test_harvesting_a_build_keeps_its_claim_check_out_of_the_values(tmp_path):
+    """The check is the build's record, not a number of the chapter: a harvested run of
+    offset 0 stores the provenance and the values, without it."""
+    from mlexp import seedruns
+
+    outputs = record(FAKE01_CLAIMS, {"fake_a": 1.0, "fake_b": 1.2}, [1, 2])
+    outputs += [glued("fake_a", 1.0), glued("fake_b", 1.2)]
+    nb = {"cells": [{"cell_type": "code", "outputs": outputs}]}
+    run = seedruns.run_record(nb, tmp_path / "fake.ipynb", 0, 60.0)
+    assert seedtable.CHECK_KEY not in run["values"]
+    assert run["values"]["fake_a"] == 1.0
+    assert run["provenance"]["claims"] == list(FAKE01_CLAIMS)
