@@ -96,7 +96,10 @@ class ChapterEvidence:
     stored: list[StoredRun]
     assessment: seedtable.Assessment
     rows: dict[str, str]
+    # this build's run of the chapter: how long it took, and the day it was
+    # made (earlier than the build when it came from the execution cache)
     exec_seconds: float | None = None
+    exec_date: str | None = None
 
     @property
     def current(self) -> bool:
@@ -207,6 +210,7 @@ def chapter_evidence(
     stored: Sequence[dict],
     exec_seconds: float | None = None,
     markers: Mapping[str, Mapping[str, str]] | None = None,
+    exec_date: str | None = None,
 ) -> ChapterEvidence | None:
     """A chapter's evidence from what its build glued and its stored runs;
     ``None`` for a page without a seed section.
@@ -259,6 +263,7 @@ def chapter_evidence(
         assessment=assessment,
         rows=rows,
         exec_seconds=exec_seconds,
+        exec_date=exec_date,
     )
 
 

@@ -26,6 +26,7 @@ as a warning, which ``-W`` turns into a failed build.
 
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
 import sys
@@ -181,14 +182,18 @@ def always_reread(app: Sphinx, env, added, changed, removed) -> list[str]:
     return sorted(getattr(env, "evidence_summary_docs", set()) - set(removed))
 
 
-def exec_seconds(env, docname: str, glued: dict) -> float | None:
-    """The chapter's execution time in this build: myst-nb's record, else its own clock."""
+def execution(env, docname: str, glued: dict) -> tuple[float | None, str | None]:
+    """How long the chapter's run took and when it was made: myst-nb's record (a run taken from
+    the execution cache keeps the time and date it was made), else the chapter's own clock."""
     data = getattr(env, "nb_metadata", {}).get(docname, {}).get("exec_data") or {}
+    when = None
+    if data.get("mtime"):
+        when = datetime.datetime.fromtimestamp(data["mtime"], datetime.timezone.utc).date().isoformat()
     if data.get("runtime") is not None:
-        return float(data["runtime"])
+        return float(data["runtime"]), when
     if "hands_on_minutes" in glued:
-        return float(glued["hands_on_minutes"]) * 60
-    return None
+        return float(glued["hands_on_minutes"]) * 60, when
+    return None, when
 
 
 def _evidencepage():
@@ -214,8 +219,9 @@ def gather(app: Sphinx) -> list:
             continue
         glued = evidencepage.read_glue(output.joinpath(*docname.split("/")).with_suffix(".glue.json"))
         stored = json.loads(seeds_file(source).read_text())["runs"] if seeds_file(source).is_file() else []
+        seconds, when = execution(env, docname, glued)
         chapter = evidencepage.chapter_evidence(
-            docname, glued, stored, exec_seconds(env, docname, glued), markers.get(docname, {}))
+            docname, glued, stored, seconds, markers.get(docname, {}), when)
         if chapter is None:
             if stored:
                 logger.warning("%s has stored seed runs but this build recorded no seed section",
@@ -364,7 +370,9 @@ def chapter_section(app: Sphinx, fromdoc: str, chapter) -> nodes.section:
     build = nodes.paragraph(classes=["evidence-build"])
     build += nodes.Text(
         f"This build: {machine}, seed offset {chapter.assessment.offset}, executed in "
-        f"{_duration(chapter.exec_seconds)}. Largest drift from the stored run of the same "
+        f"{_duration(chapter.exec_seconds)}"
+        + (f" (run made {chapter.exec_date})" if chapter.exec_date else "")
+        + ". Largest drift from the stored run of the same "
         f"offset: {chapter.drift}.")
     section += build
     return section
