@@ -280,3 +280,40 @@ def test_harvesting_a_build_keeps_its_claim_check_out_of_the_values(tmp_path):
     assert seedtable.CHECK_KEY not in run["values"]
     assert run["values"]["fake_a"] == 1.0
     assert run["provenance"]["claims"] == list(FAKE01_CLAIMS)
+
+
+def test_the_page_reports_a_failing_claim_as_the_chapter_fails(tmp_path, monkeypatch):
+    """seed_section records how each claim fared before it checks them, so the build that
+    fails on a contradicted claim has a record that the page reads the same way."""
+    from mlexp import seedruns
+
+    (tmp_path / "fake.ipynb").write_text(json.dumps(notebook("Fake", "part1/fake", "", [])))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLEXP_SEED_RUN", raising=False)
+    monkeypatch.delenv("MLEXP_SEED_OFFSET", raising=False)
+    here = provenance.fingerprint("fake.ipynb")
+    machine = provenance.machine(torch_device())
+    runs = [{"offset": k, "values": {"fake_a": 1.0 + k / 10, "fake_b": 2.0},
+             "provenance": {"fingerprint": here, "machine": machine}} for k in range(3)]
+    seedruns.write_atomic(tmp_path / "fake.seeds.json", {"notebook": "fake.ipynb", "runs": runs})
+    claims = {"a is below b": lambda v: v["fake_a"] < v["fake_b"]}
+    outputs: dict[str, object] = {}
+    monkeypatch.setattr(seedtable, "glue", lambda key, value: outputs.__setitem__(key, value))
+
+    seedtable.seed_section("part1/fake.ipynb", ROWS, {"fake_a": 1.0, "fake_b": 2.0}, claims)
+    chapter = evidencepage.chapter_evidence("part1/fake", outputs, runs)
+    assert chapter.current and chapter.claims[0].held is True
+    assert chapter.claims[0].checked == ["1", "2"]
+
+    with pytest.raises(mlexp.seedstats.ClaimContradicted):
+        seedtable.seed_section("part1/fake.ipynb", ROWS, {"fake_a": 3.0, "fake_b": 2.0}, claims)
+    chapter = evidencepage.chapter_evidence("part1/fake", outputs, runs)
+    assert chapter.claims[0].held is False
+    assert chapter.claims[0].results == {"0": True, "1": True, "2": True, "this build": False}
+    assert evidencepage.top_line([chapter]).startswith("1 claim checked in this build, 0 held")
+
+
+def torch_device():
+    import torch
+
+    return torch.device("cpu")
