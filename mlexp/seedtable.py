@@ -26,7 +26,12 @@ and the sentences it claims. The function:
   refreshes);
 - checks every claim against this page's run and every current stored run of
   its kind, raising :class:`~mlexp.seedstats.ClaimContradicted` (which fails
-  the build) otherwise.
+  the build) otherwise; before it checks, it glues how each claim fared in
+  each run (:data:`CHECK_KEY`) for the book's evidence page
+  (:mod:`mlexp.evidencepage`).
+
+The rule that compares this build with the stored runs is :func:`assess`,
+which the evidence page applies to the same data.
 """
 
 from __future__ import annotations

@@ -114,8 +114,9 @@ def make_book(tmp: pathlib.Path, monkeypatch, fail: bool) -> pathlib.Path:
         {"runs": [stored_run(k, values) for k in range(3)]}))
     claims02 = FAKE02_CLAIMS if fail else {c: {**r, "1": True, "this build": True}
                                            for c, r in FAKE02_CLAIMS.items()}
-    fake02 = notebook("Fake two", "part1/fake02", "Nothing marked here.",
-                      record(claims02, values, []))
+    # a marker whose sentence is none of the chapter's claims (a typo) is a warning
+    marked = "A typo.{claim}`the second fake's claim hold` {evidence}`likely`" if fail else "No marks."
+    fake02 = notebook("Fake two", "part1/fake02", marked, record(claims02, values, []))
     (book / "part1/fake02.ipynb").write_text(json.dumps(fake02))
     # stored with other code: stale
     (book / "part1/fake02.seeds.json").write_text(json.dumps(
@@ -238,6 +239,8 @@ def test_a_contradicted_claim_shows_failed_and_fails_the_build(built):
     log = (result.stdout + result.stderr).splitlines()
     assert any("WARNING" in line and "the second fake's other claim" in line
                and "contradict" in line for line in log), "\n".join(log[-40:])
+    assert any("WARNING" in line and "the second fake's claim hold`" in line
+               and "not one of its checked claims" in line for line in log), "\n".join(log[-40:])
 
 
 def test_when_every_claim_holds_the_page_warns_of_nothing(tmp_path, monkeypatch):

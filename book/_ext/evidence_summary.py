@@ -359,8 +359,8 @@ def chapter_section(app: Sphinx, fromdoc: str, chapter) -> nodes.section:
             f"this build, with seed offset {chapter.assessment.offset}, stands in for it.")
     section += nodes.paragraph("", legend, classes=["evidence-footnote"])
 
-    stored_rows = [[str(s.offset), s.machine, s.kind, s.date, _duration(s.run_seconds)]
-                   for s in chapter.stored]
+    stored_rows = [[str(s.offset), s.machine, s.kind + ("" if s.compared else " (not compared)"),
+                    s.date, _duration(s.run_seconds)] for s in chapter.stored]
     if stored_rows:
         section += _table(["Seed offset", "Machine", "Arithmetic", "Made", "Run time"], stored_rows,
                           ["evidence-runs"], [10, 40, 18, 18, 14])
