@@ -20,6 +20,8 @@ CHAPTER = "part1/chapter01"
 # Every chapter notebook in the table of contents; tests that hold for any chapter run on each.
 CHAPTERS = [c["file"] for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
             for c in part["chapters"] if (ROOT / "book" / f"{c['file']}.ipynb").is_file()]
+# The generated page of every claim the chapters check (book/_ext/evidence_summary.py).
+EVIDENCE_PAGE = "evidence-at-a-glance"
 NUMBER = re.compile(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+")
 
 
@@ -175,7 +177,7 @@ def test_edit_and_source_links_point_at_the_file(pages, name):
 
 
 def test_titles_descriptions_favicon_logo_404(pages):
-    for name in ("intro", *CHAPTERS, "evidence"):
+    for name in ("intro", *CHAPTERS, "evidence", EVIDENCE_PAGE):
         head = pages[name].head
         assert head.title and head.title.get_text(strip=True), name
         description = head.select_one('meta[name="description"]')
@@ -375,9 +377,6 @@ def test_the_frequency_baseline_is_scored_on_the_validation_text(pages):
     assert match, "the sentence on the frequency baseline is gone"
     assert match.group(1) == f"{on_val:.2f}"
 
-
-# The generated page of every claim the chapters check (book/_ext/evidence_summary.py).
-EVIDENCE_PAGE = "evidence-at-a-glance"
 
 
 def recorded_claims(name: str) -> list[str] | None:
