@@ -47,7 +47,11 @@ class claim_marker(nodes.Inline, nodes.TextElement):  # noqa: N801 (docutils nam
 
 
 class evidence_summary(nodes.General, nodes.Element):  # noqa: N801
-    """Placeholder for the generated summary, filled in ``doctree-resolved``."""
+    """Placeholder for the book's top line, filled in ``doctree-resolved``."""
+
+
+class evidence_chapter(nodes.General, nodes.Element):  # noqa: N801
+    """Placeholder for one chapter's part of the page, filled in ``doctree-resolved``."""
 
 
 def claim_anchor(sentence: str) -> str:
@@ -102,6 +106,18 @@ def seeds_file(source: pathlib.Path) -> pathlib.Path:
     return source.with_name(source.stem + ".seeds.json")
 
 
+def notebook_title(source: pathlib.Path) -> str:
+    """The chapter's title as its first heading writes it (the page's sidebar is built when the
+    page is read, before the chapter may have been)."""
+    cells = json.loads(source.read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            for line in "".join(cell["source"]).splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return source.stem
+
+
 def has_seed_section(source: pathlib.Path) -> bool:
     """A chapter whose evidence the page reports: stored runs, or a seed section in its code."""
     if source.suffix != ".ipynb":
@@ -119,13 +135,22 @@ class EvidenceSummary(SphinxDirective):
             env.evidence_summary_docs = set()
         env.evidence_summary_docs.add(env.docname)
         std = env.get_domain("std")
+        # One section per chapter now, so that the page's sidebar lists them and a chapter can
+        # link to its part; what goes inside is known only once every chapter has run.
+        out: list[nodes.Node] = [evidence_summary("", classes=["evidence-summary"])]
         for docname in toc_docnames(env.app):
-            if docname == env.docname or not has_seed_section(pathlib.Path(env.doc2path(docname))):
+            source = pathlib.Path(env.doc2path(docname))
+            if docname == env.docname or not has_seed_section(source):
                 continue
             label = chapter_label(docname)
+            title = notebook_title(source)
             std.anonlabels[label] = (env.docname, label)
-            std.labels[label] = (env.docname, label, f"the evidence of {docname}")
-        return [evidence_summary("")]
+            std.labels[label] = (env.docname, label, title)
+            section = nodes.section(ids=[label], classes=["evidence-summary", "evidence-chapter"])
+            section += nodes.title(title, title)
+            section += evidence_chapter("", docname=docname)
+            out.append(section)
+        return out
 
 
 def collect_markers(app: Sphinx, doctree: nodes.document) -> None:
@@ -318,14 +343,10 @@ def _result(claim, run: str) -> nodes.Node:
     return cell
 
 
-def chapter_section(app: Sphinx, fromdoc: str, chapter) -> nodes.section:
+def chapter_content(app: Sphinx, fromdoc: str, chapter) -> list[nodes.Node]:
+    """One chapter's part of the page: its verdict, its claims, its runs and this build."""
     env = app.env
-    label = chapter_label(chapter.docname)
-    section = nodes.section(ids=[label], classes=["evidence-chapter"])
-    title_text = env.titles[chapter.docname].astext() if chapter.docname in env.titles else chapter.docname
-    title = nodes.title()
-    title += _link(app, fromdoc, chapter.docname, None, title_text)
-    section += title
+    section = nodes.container()
     markers = getattr(env, "evidence_claim_markers", {}).get(chapter.docname, {})
     seeds_anchor = markers.get("", {}).get("anchor")
 
@@ -375,7 +396,7 @@ def chapter_section(app: Sphinx, fromdoc: str, chapter) -> nodes.section:
         + ". Largest drift from the stored run of the same "
         f"offset: {chapter.drift}.")
     section += build
-    return section
+    return list(section.children)
 
 
 def fill_summary(app: Sphinx, doctree: nodes.document, docname: str) -> None:
@@ -383,15 +404,25 @@ def fill_summary(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     if not placeholders:
         return
     evidencepage = _evidencepage()
-    chapters = gather(app)
-    content: list[nodes.Node] = [nodes.paragraph("", evidencepage.top_line(chapters),
-                                                 classes=["evidence-top-line"])]
-    content += [chapter_section(app, docname, c) for c in chapters]
-    logger.info("evidence at a glance: %s", evidencepage.top_line(chapters))
+    chapters = {c.docname: c for c in gather(app)}
+    line = evidencepage.top_line(list(chapters.values()))
+    logger.info("evidence at a glance: %s", line)
     for node in placeholders:
-        container = nodes.container(classes=["evidence-summary"])
-        container += content
-        node.replace_self(container)
+        top = nodes.container(classes=["evidence-summary"])
+        top += nodes.paragraph("", line, classes=["evidence-top-line"])
+        node.replace_self(top)
+    for node in list(doctree.findall(evidence_chapter)):
+        chapter = chapters.get(node["docname"])
+        section = node.parent
+        title = section.next_node(nodes.title)
+        text = title.astext()
+        del title[:]
+        title += _link(app, docname, node["docname"], None, text)
+        if chapter is None:
+            node.replace_self(nodes.paragraph(
+                "", "This build recorded no seed section for this chapter."))
+        else:
+            node.replace_self(chapter_content(app, docname, chapter))
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
@@ -399,6 +430,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_node(claim_marker, html=(visit_claim_html, None), latex=(skip_node, None),
                  text=(skip_node, None), man=(skip_node, None), texinfo=(skip_node, None))
     app.add_node(evidence_summary)
+    app.add_node(evidence_chapter)
     app.add_role("claim", ClaimRole())
     app.add_directive("evidence-summary", EvidenceSummary)
     app.connect("doctree-read", collect_markers)
