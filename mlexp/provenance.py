@@ -51,6 +51,7 @@ INGREDIENTS = {
 #: them does not change a run's numbers, so the fingerprint leaves them out.
 PRESENTATION_MODULES = frozenset(
     {
+        "mlexp.evidencepage",
         "mlexp.pages",
         "mlexp.provenance",
         "mlexp.seedruns",

@@ -38,7 +38,7 @@ import time
 
 from . import __version__
 from .seeds import SEED_OFFSET_ENV, SEED_RUN_ENV
-from .seedtable import PROVENANCE_KEY, machine_of
+from .seedtable import CHECK_KEY, PROVENANCE_KEY, machine_of
 
 __all__ = [
     "harvest_glue",
@@ -183,6 +183,8 @@ def run_record(
     # What the numbers depend on (fingerprint) and where they were made
     # (machine), computed by the chapter's own kernel.
     recorded = json.loads(values.pop(PROVENANCE_KEY))
+    # How the build's checks went is the build's own record, not a value.
+    values.pop(CHECK_KEY, None)
     return {
         "offset": offset,
         "values": values,

@@ -26,7 +26,12 @@ and the sentences it claims. The function:
   refreshes);
 - checks every claim against this page's run and every current stored run of
   its kind, raising :class:`~mlexp.seedstats.ClaimContradicted` (which fails
-  the build) otherwise.
+  the build) otherwise; before it checks, it glues how each claim fared in
+  each run (:data:`CHECK_KEY`) for the book's evidence page
+  (:mod:`mlexp.evidencepage`).
+
+The rule that compares this build with the stored runs is :func:`assess`,
+which the evidence page applies to the same data.
 """
 
 from __future__ import annotations
@@ -44,15 +49,25 @@ from .seeds import in_seed_run, seed_offset
 from .train import default_device
 
 __all__ = [
+    "Assessment",
     "SeedSection",
+    "assess",
+    "changed_ingredients",
+    "claim_results",
+    "load_stored_runs",
+    "machine_names",
     "seed_section",
     "timing_note",
     "machine_of",
+    "CHECK_KEY",
     "PROVENANCE_KEY",
 ]
 
 #: The glue key under which a seed run hands its provenance to the runner.
 PROVENANCE_KEY = "seed_provenance"
+#: The glue key under which a build records how each claim fared in each
+#: run, for the book's evidence page (only builds glue it, not seed runs).
+CHECK_KEY = "seed_check"
 
 KIND_NAMES = {
     "fp32": "float32",
@@ -75,7 +90,7 @@ class SeedSection:
     current: bool
 
 
-def _stored_runs(notebook: str) -> list[dict]:
+def load_stored_runs(notebook: str) -> list[dict]:
     """The runs in ``<chapter>.seeds.json``, beside the chapter or from the
     repository."""
     data_file = pathlib.Path(notebook).with_suffix("").name + ".seeds.json"
@@ -95,16 +110,19 @@ def machine_of(run: dict) -> dict:
     return {**machine, "kind": _SAME_KIND.get(kind, kind)}
 
 
-def _names(runs: list[dict]) -> str:
+def machine_names(runs: list[dict]) -> str:
+    """The machines that made ``runs``, in words ("A and B")."""
     names = sorted(
         {machine_of(r).get("name", "an unrecorded machine") for r in runs}
     )
     return " and ".join(names)
 
 
-def _changed(here: Mapping[str, str], runs: list[dict]) -> list[str]:
+def changed_ingredients(
+    here: Mapping[str, str], runs: list[dict]
+) -> list[str]:
     """Ingredients whose hash differs between this build and any of
-    ``runs``."""
+    ``runs``, in a stale-data warning's words."""
     changed = []
     for ingredient, words in provenance.INGREDIENTS.items():
         theirs = {
@@ -137,7 +155,7 @@ def _no_runs_of_this_kind(
             {KIND_NAMES[machine_of(r)["kind"]] for r in recorded}
         )
         text += (
-            f" The stored runs were made on {_names(recorded)} "
+            f" The stored runs were made on {machine_names(recorded)} "
             f"({'; '.join(kinds)}) and are not mixed with this page's "
             "numbers."
         )
@@ -175,6 +193,130 @@ def _admonition(kind: str, css_class: str, text: str) -> str:
     return f"\n\n```{{{kind}}}\n:class: {css_class}\n{text}\n```"
 
 
+@dataclasses.dataclass
+class Assessment:
+    """How this build's run stands against a chapter's stored runs: what
+    the seed section shows and checks, and the evidence page reports.
+
+    ``own`` are the stored runs of this build's kind of arithmetic that the
+    table compares with (or, when they lack a row, the runs of this kind
+    whose machines a warning names); ``changed`` names what differs since
+    they were made; ``drift`` and ``spread`` are ``(value, key)`` of this
+    build's largest distance from the stored run of its offset and of the
+    largest seed-to-seed standard deviation, where both exist.
+    """
+
+    kind: str
+    this_name: str
+    offset: int
+    keys: list[str]
+    own: list[dict]
+    others: list[dict]
+    # the stored runs' values, by offset, and the runs with this page's run
+    # as its offset's entry
+    stored_values: dict[int, dict[str, float]]
+    runs: dict[int, dict[str, float]]
+    changed: list[str]
+    drift: tuple[float, str] | None
+    spread: tuple[float, str] | None
+
+    @property
+    def current(self) -> bool:
+        """The stored runs were made with this build's code, library and
+        data."""
+        return bool(self.own) and not self.changed
+
+    @property
+    def checked(self) -> list[int]:
+        """The stored offsets whose runs the claims are checked against
+        besides this build's: none while the data is stale."""
+        if not self.current:
+            return []
+        return sorted(o for o in self.runs if o != self.offset)
+
+    @property
+    def before(self) -> dict[str, float] | None:
+        """The stored run of this build's offset, if there is one."""
+        return self.stored_values.get(self.offset)
+
+
+def assess(
+    here: Mapping[str, Mapping],
+    rows: Mapping[str, str],
+    current: Mapping[str, float],
+    stored: list[dict],
+    offset: int,
+) -> Assessment:
+    """Compare this build's run with the stored runs: the seed section's
+    rule, in one place.
+
+    ``here`` holds this build's ``fingerprint`` and ``machine``
+    (:mod:`mlexp.provenance`), ``rows`` maps row labels to glue keys,
+    ``current`` holds this build's values, ``stored`` the runs of
+    ``<chapter>.seeds.json`` and ``offset`` this build's seed offset.
+    """
+    keys = list(rows.values())
+    kind = here["machine"]["kind"]
+    same_kind = [r for r in stored if machine_of(r).get("kind") == kind]
+    others = [r for r in stored if r not in same_kind]
+    # Runs made before a row was added to the table cannot fill it: stale.
+    own = [r for r in same_kind if set(keys) <= set(r["values"])]
+    lacking = len(own) < len(same_kind)
+    stored_values = {
+        int(r["offset"]): {k: float(r["values"][k]) for k in keys}
+        for r in own
+    }
+    # This page's run is its own offset's entry: one number per seed.
+    runs = {**stored_values, offset: {k: float(current[k]) for k in keys}}
+    changed = changed_ingredients(here["fingerprint"], own) if own else []
+    if lacking:
+        changed.append("the rows of the seed table")
+        own = own or same_kind  # whose machines the warning names
+    before = stored_values.get(offset)
+    drift = spread = None
+    if before is not None:
+        drift = seedstats.largest_drift(current, before, keys)
+        spread = seedstats.largest_spread(stored_values, keys)
+    return Assessment(
+        kind=kind,
+        this_name=here["machine"]["name"],
+        offset=offset,
+        keys=keys,
+        own=own,
+        others=others,
+        stored_values=stored_values,
+        runs=runs,
+        changed=changed,
+        drift=drift,
+        spread=spread,
+    )
+
+
+def claim_results(
+    claims: Claims, assessment: Assessment
+) -> dict[str, dict[str, bool | None]]:
+    """How each claim fares in each stored run of this build's kind and in
+    this build: ``{claim: {"0": True, ..., "this build": True}}``.
+
+    A stored run is tested on its own numbers, also where the table shows
+    this build's run in its place and where the data is stale (which the
+    checks then leave out, see :attr:`Assessment.checked`); ``None`` where a
+    claim cannot be evaluated on a run.
+    """
+    build = assessment.runs[assessment.offset]
+    results: dict[str, dict[str, bool | None]] = {}
+    for claim, holds in claims.items():
+        row: dict[str, bool | None] = {}
+        for o, values in sorted(assessment.stored_values.items()):
+            try:
+                row[str(o)] = bool(holds(values))
+            except (KeyError, TypeError, ValueError):
+                row[str(o)] = None
+        row["this build"] = bool(holds(build))
+        results[claim] = row
+    return results
+
+
 def seed_section(
     notebook: str,
     rows: Mapping[str, str],
@@ -207,32 +349,14 @@ def seed_section(
     if in_seed_run():
         return None
 
-    keys = list(rows.values())
     offset = seed_offset()
     try:
-        stored = _stored_runs(notebook)
+        stored = load_stored_runs(notebook)
     except FileNotFoundError:  # a new chapter, before its first seed runs
         stored = []
-    kind = here["machine"]["kind"]
-    this_name = here["machine"]["name"]
-    same_kind = [r for r in stored if machine_of(r).get("kind") == kind]
-    others = [r for r in stored if r not in same_kind]
-    # Runs made before a row was added to the table cannot fill it: stale.
-    own = [r for r in same_kind if set(keys) <= set(r["values"])]
-    lacking = len(own) < len(same_kind)
-
-    stored_values = {
-        int(r["offset"]): {k: float(r["values"][k]) for k in keys}
-        for r in own
-    }
-    before = stored_values.get(offset)
-    # This page's run is its own offset's entry: one number per seed.
-    runs = {**stored_values, offset: {k: float(current[k]) for k in keys}}
-    table = _table(rows, runs, offset)
-    changed = _changed(here["fingerprint"], own) if own else []
-    if lacking:
-        changed.append("the rows of the seed table")
-        own = own or same_kind  # whose machines the warning names
+    a = assess(here, rows, current, stored, offset)
+    this_name, own, changed = a.this_name, a.own, a.changed
+    table = _table(rows, a.runs, offset)
     # Which machines made the numbers goes in the table's caption; what a
     # reader must act on (no comparable runs, stale data, drift beyond the
     # seeds' spread) in an admonition below it.
@@ -243,28 +367,28 @@ def seed_section(
         note = _admonition(
             "note",
             "seed-drift",
-            _no_runs_of_this_kind(kind, this_name, others),
+            _no_runs_of_this_kind(a.kind, this_name, a.others),
         )
     elif changed:
         note = _admonition(
             "warning",
             "stale-seed-data",
             f"The stored seed runs are stale: {', '.join(changed)} changed "
-            f"since they were made (on {_names(own)}), so their numbers "
-            "may not match this page's. Rerun the seeds (the Seed runs "
-            "workflow, or see the README) to refresh them.",
+            f"since they were made (on {machine_names(own)}), so their "
+            "numbers may not match this page's. Rerun the seeds (the Seed "
+            "runs workflow, or see the README) to refresh them.",
         )
-    elif before is None:
+    elif a.before is None:
         caption = (
-            f"Stored runs made on {_names(own)}; this page built on "
+            f"Stored runs made on {machine_names(own)}; this page built on "
             f"{this_name} with seed offset {offset}, which has no stored "
             "run."
         )
     else:
         label = {key: name for name, key in rows.items()}
-        drift, drift_key = seedstats.largest_drift(current, before, keys)
-        spread, spread_key = seedstats.largest_spread(stored_values, keys)
-        made_on = _names(own)
+        drift, drift_key = a.drift
+        spread, spread_key = a.spread
+        made_on = machine_names(own)
         where = (
             f"Stored runs and this page made on {made_on}."
             if made_on == this_name
@@ -296,19 +420,31 @@ def seed_section(
                 "machine to compare like with like.",
             )
 
+    # How each claim fared in each run, recorded for the book's evidence
+    # page before the checks, so that the record of a failing build says
+    # which run contradicted which claim.
+    results = claim_results(claims or {}, a)
+    glue(
+        CHECK_KEY,
+        json.dumps(
+            {
+                "offset": offset,
+                "values": a.runs[offset],
+                "checked": a.checked,
+                "claims": results,
+            },
+            sort_keys=True,
+        ),
+    )
     # Claims hold in this page's run and in every stored run made with the
     # same code.
-    checked = (
-        {} if changed else {o: v for o, v in runs.items() if o != offset}
-    )
+    checked = {o: a.runs[o] for o in a.checked}
     for claim, holds in (claims or {}).items():
         seedstats.check_claim(
-            claim, holds, {**checked, "this build": runs[offset]}
+            claim, holds, {**checked, "this build": a.runs[offset]}
         )
     markdown = f"```{{table}} {caption}\n{table}\n```{note}"
-    return SeedSection(
-        runs=runs, markdown=markdown, current=bool(own) and not changed
-    )
+    return SeedSection(runs=a.runs, markdown=markdown, current=a.current)
 
 
 def _duration(seconds: float) -> str:
@@ -333,7 +469,7 @@ def timing_note(notebook: str, key: str, seconds: float, lead: str) -> str:
         f"{lead} {_duration(seconds)} on the machine that built this page."
     )
     try:
-        stored = _stored_runs(notebook)
+        stored = load_stored_runs(notebook)
     except FileNotFoundError:
         return text
     on_gpu = [

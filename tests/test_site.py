@@ -20,6 +20,8 @@ CHAPTER = "part1/chapter01"
 # Every chapter notebook in the table of contents; tests that hold for any chapter run on each.
 CHAPTERS = [c["file"] for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
             for c in part["chapters"] if (ROOT / "book" / f"{c['file']}.ipynb").is_file()]
+# The generated page of every claim the chapters check (book/_ext/evidence_summary.py).
+EVIDENCE_PAGE = "evidence-at-a-glance"
 NUMBER = re.compile(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+")
 
 
@@ -175,7 +177,7 @@ def test_edit_and_source_links_point_at_the_file(pages, name):
 
 
 def test_titles_descriptions_favicon_logo_404(pages):
-    for name in ("intro", *CHAPTERS, "evidence"):
+    for name in ("intro", *CHAPTERS, "evidence", EVIDENCE_PAGE):
         head = pages[name].head
         assert head.title and head.title.get_text(strip=True), name
         description = head.select_one('meta[name="description"]')
@@ -376,3 +378,51 @@ def test_the_frequency_baseline_is_scored_on_the_validation_text(pages):
     match = re.search(r"would score ([\d.]+) bits", text)
     assert match, "the sentence on the frequency baseline is gone"
     assert match.group(1) == f"{on_val:.2f}"
+
+
+
+def recorded_claims(name: str) -> list[str] | None:
+    """The claims a chapter's build recorded (myst-nb's glue file beside the executed notebook),
+    or None for a chapter without a seed section."""
+    from mlexp import evidencepage, seedtable
+
+    glue = evidencepage.read_glue(SITE.parent / "jupyter_execute" / f"{name}.glue.json")
+    if seedtable.PROVENANCE_KEY not in glue:
+        return None
+    return json.loads(glue[seedtable.PROVENANCE_KEY])["claims"]
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_the_evidence_page_lists_each_claim_with_its_results_and_tag(pages, name):
+    """Every claim the chapter's build checked is on the page, in order, with a result for this
+    build and the evidence tag the prose gives it; its sentence links into the chapter."""
+    claims = recorded_claims(name)
+    if claims is None:
+        pytest.skip(f"{name} has no seed section")
+    part = pages[EVIDENCE_PAGE].find(id="evidence-" + name.replace("/", "-"))
+    assert part is not None, f"no part of the evidence page for {name}"
+    rows = part.select("table.evidence-claims tbody tr")
+    assert [r.find("td").get_text(" ", strip=True) for r in rows] == claims
+    for row in rows:
+        cells = row.find_all("td")
+        assert cells[-1].select_one(".evidence-result"), f"no result in this build: {row}"
+        assert cells[1].select_one(".evidence-badge"), f"no evidence tag (mark it with {{claim}}): {row}"
+        assert row.find("td").find("a")["href"].startswith(f"{name}.html#claim-")
+    assert part.select_one(".evidence-status").get_text().startswith("Seed data")
+
+
+def test_the_evidence_page_top_line(pages):
+    """The book-level line counts every recorded claim, and none went unrecorded."""
+    line = pages[EVIDENCE_PAGE].select_one(".evidence-top-line").get_text(" ", strip=True)
+    n = sum(len(recorded_claims(c) or []) for c in CHAPTERS)
+    assert re.match(rf"{n} claims checked in this build, {n} held in every run checked; \d+ of "
+                    rf"{sum(recorded_claims(c) is not None for c in CHAPTERS)} chapters", line), line
+    assert "not recorded" not in line
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_the_seed_section_links_to_its_part_of_the_evidence_page(pages, name):
+    if recorded_claims(name) is None:
+        pytest.skip(f"{name} has no seed section")
+    hrefs = [a["href"] for a in pages[name].select("article a[href]")]
+    assert any(h.endswith(f"{EVIDENCE_PAGE}.html#evidence-{name.replace('/', '-')}") for h in hrefs)

@@ -31,6 +31,8 @@ CHAPTERS = [
     for c in part["chapters"]
     if (ROOT / "book" / f"{c['file']}.ipynb").is_file()
 ]
+# The generated page of every claim the chapters check (book/_ext/evidence_summary.py).
+EVIDENCE_PAGE = "evidence-at-a-glance.html"
 DROPDOWNS = ["Show what happened", "Answer", "Answer", "Answer"]
 EVIDENCE_LEVELS = ["established", "likely", "speculative"]
 
@@ -319,7 +321,7 @@ def test_dropdowns_open_on_click(chapter, page):
 # ---------------------------------------------------------------- 3. images, requests, console
 
 
-@pytest.mark.parametrize("path", [INTRO, *CHAPTERS])
+@pytest.mark.parametrize("path", [INTRO, *CHAPTERS, EVIDENCE_PAGE])
 def test_page_loads_cleanly(page, page_log, artifacts, path):
     """Every image loads and has alt text; no request fails; the console stays free of errors."""
     open_page(page, path)
@@ -461,7 +463,7 @@ def test_phone_layout_fits_and_tabs_switch(chapter, phone_page, artifacts):
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
-@pytest.mark.parametrize("path", [INTRO, *CHAPTERS])
+@pytest.mark.parametrize("path", [INTRO, *CHAPTERS, EVIDENCE_PAGE])
 def test_axe_finds_no_serious_violations(page, axe_source, artifacts, path, theme):
     """axe-core's automated WCAG checks, with the chapter's dropdowns open and each tab shown,
     so the hidden content is audited too. Every finding is saved; serious/critical fail."""
@@ -560,3 +562,50 @@ def test_no_code_or_printed_output_scrolls_sideways(chapter, page, artifacts):
     )
     assert page.locator("article div.cell_input pre").count() >= 10
     assert not wide, "code blocks that scroll (pixels over, longest line):\n" + "\n".join(map(str, wide))
+
+
+# ---------------------------------------------------------------- 9. the evidence at a glance
+
+
+@pytest.mark.parametrize("screen", ["page", "phone_page"])
+def test_evidence_page_tables_fit_and_links_resolve(request, screen, artifacts):
+    """The generated page's tables fit the content column at 1280 px and on a phone (no
+    table scrolls inside itself), it has a part for every chapter, and every link on it
+    leads to a page and anchor that exist."""
+    page = request.getfixturevalue(screen)
+    open_page(page, EVIDENCE_PAGE)
+    save_shot(page, artifacts, f"evidence-at-a-glance-{screen}.png", full_page=True)
+    parts = page.locator("article section.evidence-chapter").count()
+    assert parts == len(CHAPTERS), f"{parts} chapter parts for {len(CHAPTERS)} chapters"
+    overflow = page.evaluate(
+        """() => {
+            const column = document.querySelector('article.bd-article').getBoundingClientRect();
+            return [...document.querySelectorAll('article .evidence-summary table')].map(t => {
+                const box = t.closest('.pst-scrollable-table-container') || t.parentElement;
+                const r = t.getBoundingClientRect();
+                return [t.className, Math.round(r.right - column.right),
+                        box.scrollWidth - box.clientWidth];
+            }).filter(([, over, scroll]) => over > 1 || scroll > 1);
+        }"""
+    )
+    assert page.locator("article .evidence-summary table").count() >= 2 * len(CHAPTERS)
+    assert not overflow, f"tables wider than the column (class, px over, px scrolled): {overflow}"
+    broken = page.evaluate(
+        """async () => {
+            const out = [];
+            const links = [...document.querySelectorAll('article .evidence-summary a[href]')];
+            for (const a of links) {
+                const url = new URL(a.href);
+                if (url.origin !== location.origin) continue;
+                const response = await fetch(url.href.split('#')[0]);
+                if (!response.ok) { out.push([a.getAttribute('href'), response.status]); continue; }
+                if (!url.hash) continue;
+                const doc = new DOMParser().parseFromString(await response.text(), 'text/html');
+                if (!doc.getElementById(decodeURIComponent(url.hash.slice(1))))
+                    out.push([a.getAttribute('href'), 'no such anchor']);
+            }
+            return out;
+        }"""
+    )
+    assert not broken, f"links on the evidence page that lead nowhere: {broken}"
+
