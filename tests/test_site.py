@@ -341,15 +341,7 @@ def test_a_citation_names_one_work(pages, name):
     assert labels and all(re.search(r"\d\d[a-z]?\]?$", label) for label in labels), labels
 
 
-# Chapter 2's summary of character kinds prints two lines of 85 and 86 characters (a dict of
-# counts and the three shares); shortening them changes the chapter's code, which waits for the
-# next rerun of its seed data. Strict: the mark must go once they fit.
-KNOWN_LONG_OUTPUT = {"part1/chapter02": "two lines of the character-kind summary"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_LONG_OUTPUT[n], strict=True))
-    if n in KNOWN_LONG_OUTPUT else n for n in CHAPTERS])
+@pytest.mark.parametrize("name", CHAPTERS)
 def test_printed_output_fits_the_column(pages, name):
     """What a cell prints is held to the code's line length (ruff's 76; the column holds about
     80 characters at 1280 px). The theme wraps a longer line rather than scroll it, but a
