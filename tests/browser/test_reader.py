@@ -189,6 +189,17 @@ function describe(el) {
 """
 
 
+def open_every_fold(page):
+    """Open every dropdown and folded cell, and wait until anything they animate has finished,
+    so that what is checked is what a reader sees once it is open (not a fade half-way)."""
+    page.evaluate(
+        """async () => {
+            document.querySelectorAll('details').forEach(d => d.open = true);
+            await Promise.all(document.getAnimations().map(a => a.finished));
+        }"""
+    )
+
+
 def with_helpers(body: str) -> str:
     """A page function whose body can use the HELPERS_JS functions."""
     return "() => {" + HELPERS_JS + body + "}"
@@ -316,6 +327,22 @@ def test_dropdowns_open_on_click(chapter, page):
         assert details.evaluate("d => d.open"), f"dropdown {i} ({titles[i]!r}) did not open on click"
         assert content.is_visible(), f"dropdown {i} ({titles[i]!r}) opened but its content is hidden"
         assert content.inner_text().strip(), f"dropdown {i} ({titles[i]!r}) is empty"
+
+
+def test_folded_code_opens_without_motion_when_the_reader_asks(chapter, page):
+    """The browser context asks for reduced motion; a folded cell (a figure's drawing code)
+    then opens at once, with its code at full contrast, instead of fading in."""
+    open_page(page, chapter)
+    folds = page.locator("article div.cell details.hide")
+    assert folds.count(), "the chapter has no folded code cell (hide-input)"
+    fold = folds.first
+    fold.locator("summary").click()
+    running = fold.evaluate(
+        "d => [...d.querySelectorAll('*')].flatMap(e => e.getAnimations()).length")
+    assert running == 0, f"{running} animations run when a folded cell opens under reduced motion"
+    opacities = fold.evaluate(
+        "d => [...d.querySelectorAll(':scope > summary ~ *')].map(e => getComputedStyle(e).opacity)")
+    assert opacities and all(float(o) == 1.0 for o in opacities), f"folded code opened at opacity {opacities}"
 
 
 # ---------------------------------------------------------------- 3. images, requests, console
@@ -470,7 +497,7 @@ def test_axe_finds_no_serious_violations(page, axe_source, artifacts, path, them
     open_page(page, path)
     if theme == "dark":
         switch_to_dark(page)
-    page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+    open_every_fold(page)
     violations = run_axe(page, axe_source)
     if path in CHAPTERS:
         for title in tabs_of(path)[1:]:
