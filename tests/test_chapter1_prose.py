@@ -6,6 +6,7 @@ of the five removals" and listed four. Both tests read the HTML the README's bui
 (_build/html, or $MLEXP_SITE) and skip when the chapter has not been built.
 """
 
+import pathlib
 import re
 
 import pytest
@@ -63,6 +64,23 @@ def test_vit_text_names_every_switch_the_code_turns_off(chapter):
     page = flat(article_text(chapter))
     assert not re.search(r"unchanged except (?:that )?the causal mask", page)
     assert "Only the bottom and top of the columns differ" not in page
+
+
+def test_figures_of_both_models_show_rope_switched_off(chapter):
+    """Figure 1.1 and its zoom on the two ends draw the image model too: their text (title,
+    description read by screen readers, labels) says RoPE is off as well as the mask, and no
+    longer calls the blocks identical."""
+    page_dir = SITE / pathlib.Path(CHAPTER).parent
+    both = {}
+    for img in chapter.select("article img[src$='.svg']"):
+        svg = BeautifulSoup((page_dir / img["src"]).read_text(encoding="utf-8"), "html.parser")
+        text = flat(svg.get_text(" "))
+        if "Vision Transformer" in text:
+            both[img["src"]] = text
+    assert len(both) >= 2, f"expected Figure 1.1 and 1.1c to draw both models, found {list(both)}"
+    for src, text in both.items():
+        assert says_switched_off(text, "RoPE"), f"{src} does not say the image model drops RoPE"
+        assert "identical" not in text, f"{src} still calls the blocks identical"
 
 
 def announced_count(clause: str) -> int | None:

@@ -343,9 +343,9 @@ def test_a_citation_names_one_work(pages, name):
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_printed_output_fits_the_column(pages, name):
-    """What a cell prints is held to the code's line length (ruff's 76; the column holds about
-    80 characters at 1280 px). The theme wraps a longer line rather than scroll it, but a
-    wrapped table or list reads badly."""
+    """What a cell prints fits the column, which holds about 80 characters at 1280 px (code is
+    held to ruff's 76, for a margin). The theme wraps a longer line rather than scroll it, but
+    a wrapped table or list reads badly."""
     long = [line for pre in pages[name].select("article div.cell_output pre")
             for line in pre.get_text().splitlines() if len(line) > 80]
     assert not long, long
