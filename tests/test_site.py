@@ -3,6 +3,7 @@
 Reads the HTML that the README's build command writes to _build/html (or $MLEXP_SITE).
 """
 
+import copy
 import json
 import os
 import pathlib
@@ -339,6 +340,18 @@ def test_a_citation_names_one_work(pages, name):
     assert not shared, f"one citation text for several works: {shared}"
     labels = [d.select_one(".label").get_text(strip=True) for d in pages[name].select("div.citation")]
     assert labels and all(re.search(r"\d\d[a-z]?\]?$", label) for label in labels), labels
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_no_formula_is_left_as_dollar_signs(pages, name):
+    """Every $...$ in the prose becomes a formula. Markdown glued from a cell ({glue:md}) is
+    parsed without the dollarmath extension, so a "$T$" written there reaches the reader as
+    "$T$"; glued sentences must not use TeX."""
+    article = copy.copy(pages[name].select_one("article"))
+    for tag in article.select("pre, code, script, .math, mjx-container"):
+        tag.decompose()
+    left = re.findall(r".{0,40}\$[^$\s][^$]{0,40}\$.{0,20}", article.get_text(" "))
+    assert not left, f"unrendered TeX on {name}: {left}"
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
