@@ -344,9 +344,9 @@ def test_a_citation_names_one_work(pages, name):
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_no_formula_is_left_as_dollar_signs(pages, name):
-    """Every $...$ in the prose becomes a formula. Markdown glued from a cell ({glue:md}) is
-    parsed without the dollarmath extension, so a "$T$" written there reaches the reader as
-    "$T$"; glued sentences must not use TeX."""
+    """Every $...$ in the prose becomes a formula. Markdown glued from a cell is parsed as plain
+    CommonMark unless the role asks for MyST ({glue:md}`key:myst`), so a "$T$" in a glued
+    sentence reached the reader as "$T$"."""
     article = copy.copy(pages[name].select_one("article"))
     for tag in article.select("pre, code, script, .math, mjx-container"):
         tag.decompose()
