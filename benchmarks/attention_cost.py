@@ -38,55 +38,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile
+
+from mlexp.attention_cost import cost_table
 
 B, H, D = 1, 4, 32
-
-
-def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """softmax(Q K^T / sqrt(D)) V with the scores stored: two (B, H, T, T) tensors."""
-    T = q.shape[-2]
-    future = torch.ones(T, T, dtype=torch.bool).triu(1)  # (T, T) booleans
-    scores = (q * D**-0.5) @ k.transpose(-2, -1)  # (B, H, T, T)
-    scores.masked_fill_(future, float("-inf"))
-    return scores.softmax(dim=-1) @ v  # (B, H, T, T) @ (B, H, T, D)
-
-
-def fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """PyTorch's fused attention, its flash kernel only (an error if it cannot run)."""
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-
-def median_seconds(fn, *args, repeats: int) -> float:
-    fn(*args)  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def memory(fn, *args) -> tuple[int, int]:
-    """(largest single allocation, peak live bytes) of one call, in bytes."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn(*args)
-    events = sorted(
-        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-    )
-    live = peak = largest = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
-        largest = max(largest, nbytes)
-    return largest, peak
 
 
 def mib(nbytes: float) -> str:
@@ -98,7 +55,7 @@ def main() -> None:
     parser.add_argument("--max-t", type=int, default=4096)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
     lengths = [256 * 2**i for i in range(int(math.log2(args.max_t // 256)) + 1)]
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} thread, float32, "
@@ -113,26 +70,19 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     previous = None
-    for T in lengths:
-        q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
-        same = torch.allclose(naive(q, k, v), fused(q, k, v), atol=1e-5)
-        repeats = max(3, 2**20 // T**2 * 8) if T < 2048 else 3
-        t_naive = median_seconds(naive, q, k, v, repeats=repeats)
-        t_fused = median_seconds(fused, q, k, v, repeats=repeats)
-        n_largest, n_peak = memory(naive, q, k, v)
-        f_largest, f_peak = memory(fused, q, k, v)
-        law = B * H * T * T * 4
+    for row in cost_table(lengths, B, H, D, generator=generator):
+        law, n_peak, f_peak = row["law"], row["naive_peak"], row["sdpa_peak"]
         print(
-            f"{T:>5} | {t_naive * 1e3:9.2f} {t_fused * 1e3:8.2f} "
-            f"{t_naive / t_fused:6.2f} | {mib(law)} {mib(n_largest):>13} "
-            f"{n_largest / law:5.2f} {mib(n_peak):>10} {n_peak / law:5.2f} | "
-            f"{mib(f_largest):>12} {mib(f_peak):>9} | {same}"
+            f"{row['T']:>5} | {row['naive_s'] * 1e3:9.2f} {row['sdpa_s'] * 1e3:8.2f} "
+            f"{row['naive_s'] / row['sdpa_s']:6.2f} | {mib(law)} "
+            f"{mib(row['naive_largest']):>13} {row['naive_largest'] / law:5.2f} "
+            f"{mib(n_peak):>10} {n_peak / law:5.2f} | "
+            f"{mib(row['sdpa_largest']):>12} {mib(f_peak):>9} | {row['same']}"
         )
         if previous is not None:
-            growth = (n_peak / previous[0], f_peak / previous[1])
             print(
-                f"{'':>5}   peak memory x{growth[0]:.2f} (naive), x{growth[1]:.2f} (sdpa) "
-                "since the previous T"
+                f"{'':>5}   peak memory x{n_peak / previous[0]:.2f} (naive), "
+                f"x{f_peak / previous[1]:.2f} (sdpa) since the previous T"
             )
         previous = (n_peak, f_peak)
 

@@ -21,8 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
@@ -32,6 +30,7 @@ from mlexp.attention import (
     LatentAttention,
     attention_lm,
     generate,
+    generation_speed,
     kv_cache,
     kv_cache_bytes_per_token,
 )
@@ -43,12 +42,6 @@ VARIANTS = {
     "MLA": lambda d: LatentAttention(d, 4, latent_dim=48, rope_dim=16),
     "MLA absorbed": lambda d: LatentAttention(d, 4, latent_dim=48, rope_dim=16, absorb=True),
 }
-
-
-def timed(model, prompt, n_new, use_cache) -> tuple[float, torch.Tensor]:
-    start = time.perf_counter()
-    out = generate(model, prompt, n_new, temperature=0.0, use_cache=use_cache)
-    return time.perf_counter() - start, out
 
 
 def main() -> None:
@@ -72,25 +65,19 @@ def main() -> None:
         torch.manual_seed(0)
         model = attention_lm(65, make).eval()
         prompt = torch.randint(65, (1, args.prompt))
-        timed(model, prompt, 10, False)  # warm-up
-        timed(model, prompt, 10, True)
-        plain, cached = [], []
-        for _ in range(args.repeats):
-            seconds, out_plain = timed(model, prompt, args.new, False)
-            plain.append(seconds)
-            seconds, out_cached = timed(model, prompt, args.new, True)
-            cached.append(seconds)
+        generation_speed(model, prompt, 10, repeats=1)  # warm-up
+        speed = generation_speed(model, prompt, args.new, repeats=args.repeats)
+        out_cached = generate(model, prompt, args.new, temperature=0.0)
         with torch.no_grad(), kv_cache(model) as caches:
             model(out_cached)
             held = sum(c.nbytes() for c in caches) // out_cached.shape[1]
         per_token = kv_cache_bytes_per_token(model)
         assert held == per_token, (held, per_token)
-        rate_plain = args.new / statistics.median(plain)
-        rate_cached = args.new / statistics.median(cached)
+        rate_plain, rate_cached = speed["uncached"], speed["cached"]
         print(
             f"{name:<13} {mlexp.count_params(model):>8,} {per_token:>13,} "
             f"{rate_plain:>14.0f} {rate_cached:>11.0f} {rate_cached / rate_plain:>7.2f}x  "
-            f"{torch.equal(out_plain, out_cached)}"
+            f"{speed['identical'] == 1.0}"
         )
 
 

@@ -19,7 +19,10 @@ latent one, so each maps one to one onto its reference.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
+import statistics
+import time
 from collections.abc import Callable, Iterator
 
 import torch
@@ -27,6 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from .seeds import shifted
 from .transformer import TransformerLM, apply_rope, rope_cos_sin
 
 __all__ = [
@@ -40,6 +44,12 @@ __all__ = [
     "kv_cache",
     "generate",
     "RecurrentLM",
+    "loss_by_position",
+    "training_tokens_per_second",
+    "generation_speed",
+    "attention_maps",
+    "head_statistics",
+    "repeated_text_loss",
 ]
 
 
@@ -616,3 +626,170 @@ class RecurrentLM(nn.Module):
             if step + 1 < n_new:
                 logits, state = self.step(token, state)
         return idx
+
+
+# --- Chapter 4, step 7: measuring what the models do ----------------------
+
+
+class _WithoutPositions(nn.Module):
+    """A model whose ``forward`` takes no positions, dressed for Chapter
+    3's ``loss_by_position``, which passes ``positions=None``."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model, self.head = model, model.head
+
+    def forward(self, idx: Tensor, positions: Tensor | None = None):
+        return self.model(idx)
+
+
+def loss_by_position(
+    model: nn.Module, ids: Tensor, length: int, batch_size: int = 64
+) -> Tensor:
+    """Chapter 3's mean loss at each position of a window, (length,), for
+    any model that ``train_lm`` trains (``TransformerLM``,
+    ``RecurrentLM``): every non-overlapping window of the text, so its
+    mean is the loss on the whole text."""
+    from .position import loss_by_position as by_position
+
+    return by_position(_WithoutPositions(model), ids, length, batch_size)
+
+
+def training_tokens_per_second(
+    model: nn.Module,
+    ids: Tensor,
+    block_size: int,
+    batch_size: int = 32,
+    steps: int = 5,
+    seed: int = 0,
+) -> float:
+    """Training tokens per second of a copy of ``model``: ``steps`` timed
+    steps of AdamW (forward, backward, update) after one untimed step, in
+    this process at its thread count. The model itself is untouched.
+
+    Two models compared this way see the same threads and batches, which
+    wall clocks of runs trained side by side cannot promise.
+    """
+    trained = copy.deepcopy(model).train()
+    device = next(trained.parameters()).device
+    opt = torch.optim.AdamW(trained.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(shifted(seed))
+    starts = torch.randint(
+        len(ids) - block_size - 1, (steps + 1, batch_size), generator=gen
+    )
+    elapsed = 0.0
+    for step, rows in enumerate(starts):
+        # (batch, block_size + 1): inputs and their next tokens
+        window = torch.stack([ids[i : i + block_size + 1] for i in rows])
+        window = window.to(device)
+        begin = time.perf_counter()
+        _, loss = trained(window[:, :-1], window[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step:  # the first step warms up and is not timed
+            elapsed += time.perf_counter() - begin
+    return steps * batch_size * block_size / elapsed
+
+
+def generation_speed(
+    model: TransformerLM, prompt: Tensor, n_new: int, repeats: int = 3
+) -> dict[str, float]:
+    """Greedy generation of ``n_new`` tokens after ``prompt`` without and
+    with the KV cache: tokens per second of each (the median of
+    ``repeats`` runs, the two ways alternating) and whether they returned
+    the same tokens (1.0 or 0.0)."""
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    out = {}
+    for _ in range(repeats):
+        for use_cache in (False, True):
+            begin = time.perf_counter()
+            out[use_cache] = generate(
+                model, prompt, n_new, temperature=0.0, use_cache=use_cache
+            )
+            seconds[use_cache].append(time.perf_counter() - begin)
+    return {
+        "uncached": n_new / statistics.median(seconds[False]),
+        "cached": n_new / statistics.median(seconds[True]),
+        "identical": float(torch.equal(out[False], out[True])),
+    }
+
+
+@torch.no_grad()
+def attention_maps(model: TransformerLM, idx: Tensor) -> Tensor:
+    """Every head's attention weights in every block for the text ``idx``
+    (B, T): (n_layers, B, n_heads, T, T), rows summing to 1.
+
+    Each block's attention reads the normalized residual stream, as in
+    the block's own ``forward``; the stream then moves on through the
+    whole block.
+    """
+    x = model.embed(idx.to(model.head.weight.device))  # (B, T, dim)
+    maps = []
+    for block in model.blocks:
+        maps.append(block.attn.attention_weights(block.norm1(x)))
+        x = block(x)
+    return torch.stack(maps).cpu()
+
+
+def head_statistics(
+    weights: Tensor, first_query: int = 16
+) -> dict[str, Tensor]:
+    """Where each head looks, from ``attention_maps``' (L, B, H, T, T).
+
+    Averaged over the batch and over queries at positions ``first_query``
+    and later (so that every query has at least that many keys): the
+    weight on the previous token (offset -1), the mass on the last 8 and
+    on the last 16 tokens (the query itself included), and the mean
+    distance back. Each entry is (L, H).
+    """
+    T = weights.shape[-1]
+    # (T, T): how far back key s is from query t
+    back = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).clamp(
+        min=0
+    )
+    w = weights[..., first_query:, :]  # queries first_query .. T - 1
+    back = back[first_query:].to(w.dtype)
+
+    def mean(x: Tensor) -> Tensor:  # (L, B, H, Q) -> (L, H)
+        return x.mean(dim=(1, 3))
+
+    return {
+        "previous": mean((w * (back == 1)).sum(-1)),
+        "last_8": mean((w * (back < 8)).sum(-1)),
+        "last_16": mean((w * (back < 16)).sum(-1)),
+        "mean_distance": mean((w * back).sum(-1)),
+    }
+
+
+@torch.no_grad()
+def repeated_text_loss(
+    model: nn.Module,
+    vocab_size: int,
+    length: int = 32,
+    n: int = 64,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The repeat test for induction heads (Olsson et al., 2022): ``n``
+    strings of ``length`` random tokens, each written twice; the mean loss
+    on the first copy and on the second (its first token excluded, which
+    follows the end of the first copy).
+
+    Random tokens cannot be predicted the first time; a model that finds
+    the earlier occurrence of the current token and copies what followed
+    it predicts the second copy well.
+    """
+    gen = torch.Generator().manual_seed(shifted(seed))
+    half = torch.randint(vocab_size, (n, length), generator=gen)
+    text = torch.cat([half, half], dim=1).to(
+        next(model.parameters()).device
+    )
+    model.eval()
+    logits, _ = model(text[:, :-1])
+    # (n, 2 * length - 1): the loss of each next-token prediction
+    loss = F.cross_entropy(
+        logits.transpose(1, 2), text[:, 1:], reduction="none"
+    )
+    first = loss[:, : length - 1].mean().item()
+    second = loss[:, length:].mean().item()
+    return first, second

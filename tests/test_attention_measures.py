@@ -1,0 +1,89 @@
+"""Chapter 4's measurements: each reads what it says it reads."""
+
+import pytest
+import torch
+
+from mlexp.attention import (
+    GroupedQueryAttention,
+    RecurrentLM,
+    attention_lm,
+    attention_maps,
+    generation_speed,
+    head_statistics,
+    loss_by_position,
+    repeated_text_loss,
+    training_tokens_per_second,
+)
+from mlexp.attention_cost import cost_table
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small_lm():
+    torch.manual_seed(0)
+    return attention_lm(
+        11, lambda d: GroupedQueryAttention(d, 4, 2), dim=32, n_layers=2
+    )
+
+
+def test_loss_by_position_averages_to_the_loss_on_every_window():
+    ids = torch.randint(11, (8 * 16 + 1,), generator=torch.Generator().manual_seed(1))
+    for model in (small_lm(), RecurrentLM(11, dim=16)):
+        curve = loss_by_position(model, ids, 16)
+        x, y = ids[:-1].view(8, 16), ids[1:].view(8, 16)
+        with torch.no_grad():
+            _, loss = model(x, y)
+        assert curve.shape == (16,)
+        assert curve.mean().item() == pytest.approx(loss.item(), abs=1e-5)
+
+
+def test_head_statistics_of_a_previous_token_head():
+    T = 20
+    weights = torch.zeros(1, 1, 1, T, T)
+    weights[..., 0, 0] = 1
+    for t in range(1, T):
+        weights[..., t, t - 1] = 1  # every query looks one back
+    stats = head_statistics(weights, first_query=4)
+    assert stats["previous"].item() == pytest.approx(1)
+    assert stats["last_8"].item() == pytest.approx(1)
+    assert stats["mean_distance"].item() == pytest.approx(1)
+
+
+def test_attention_maps_are_causal_distributions():
+    model = small_lm().eval()
+    maps = attention_maps(model, torch.randint(11, (2, 9)))
+    assert maps.shape == (2, 2, 4, 9, 9)
+    assert torch.allclose(maps.sum(-1), torch.ones(2, 2, 4, 9))
+    assert maps.triu(1).abs().max() == 0
+
+
+def test_generation_is_the_same_with_and_without_the_cache():
+    speed = generation_speed(small_lm().eval(), torch.randint(11, (1, 5)), 20, repeats=1)
+    assert speed["identical"] == 1.0 and speed["cached"] > 0 and speed["uncached"] > 0
+
+
+def test_training_speed_leaves_the_model_untouched():
+    model = small_lm()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ids = torch.randint(11, (500,))
+    assert training_tokens_per_second(model, ids, 16, batch_size=4, steps=2) > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_repeat_test_returns_two_losses():
+    first, second = repeated_text_loss(small_lm(), 11, length=8, n=4)
+    assert first > 0 and second > 0
+
+
+def test_cost_table_memory_law_and_agreement():
+    rows = cost_table([64, 128], generator=torch.Generator().manual_seed(0))
+    for row in rows:
+        assert row["same"]
+        assert row["naive_largest"] == row["law"] == 4 * 4 * row["T"] ** 2
+        assert row["sdpa_peak"] < row["naive_peak"]
