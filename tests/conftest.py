@@ -9,3 +9,15 @@ def corpus():
     import mlexp
 
     return mlexp.load_char_corpus()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny tensors: one thread is as fast, and cannot stall on a core another job holds.
+    A module opts in with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -35,13 +35,7 @@ from transformers.models.llama.modeling_llama import (  # noqa: E402
 DIM, HEADS, HIDDEN, T = 64, 4, 96, 11
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is as fast, and cannot stall on a core another job holds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def llama_layer(n_kv_heads):
