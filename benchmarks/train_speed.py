@@ -10,7 +10,7 @@ Prints, from one run:
    (matrix products and attention) and everything else. Their rate alone is the ceiling that
    no change outside them can lift the fraction above;
 4. with ``--chapter``, the wall time of Chapter 1's seven training runs (one 4-block model for
-   600 steps, six 6-block variants for 400) done three ways: the spec's straightforward
+   600 steps, six 6-block variants for 150) done three ways: the spec's straightforward
    recipe, mlexp with the ablation one run after another, and mlexp as the chapter runs it,
    side by side. Each runs in a fresh process, as in a fresh kernel; the script samples the
    peak memory of that process and its workers, and reports evaluation's accuracy and share
@@ -46,6 +46,7 @@ from mlexp.train import _windows
 from mlexp.transformer import TransformerLM, WriteNothing
 
 BATCH, BLOCK = 32, 64  # train_lm's default batch size, the chapter's context
+ABLATION_STEPS = 150  # as Chapter 1's ablation
 VARIANTS = ("full model", "no position", "no attention", "no feed-forward", "no normalization", "no residual")
 ARITHMETIC_KERNELS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_dot_product")  # name prefixes
 
@@ -148,9 +149,9 @@ def chapter_runs(recipe: str) -> dict:
         history = mlexp.train_lm(model, train_ids, val_ids, steps=600, block_size=BLOCK, log=False)
         models = {v: ablation_model(v) for v in VARIANTS}
         if recipe == "side by side":
-            runs = mlexp.train_side_by_side(models, train_ids, val_ids, steps=400, block_size=BLOCK, log=False)
+            runs = mlexp.train_side_by_side(models, train_ids, val_ids, steps=ABLATION_STEPS, block_size=BLOCK, log=False)
         else:
-            runs = {v: mlexp.train_lm(m, train_ids, val_ids, steps=400, block_size=BLOCK, log=False, **eval_every)
+            runs = {v: mlexp.train_lm(m, train_ids, val_ids, steps=ABLATION_STEPS, block_size=BLOCK, log=False, **eval_every)
                     for v, m in models.items()}
     seconds = time.perf_counter() - start
     return {
