@@ -79,3 +79,18 @@ def test_no_stored_outputs_but_the_checked_ones(notebook):
     for cell in json.loads(notebook.read_text())["cells"]:
         if cell["cell_type"] == "code" and cell.get("outputs"):
             assert "nbval-check-output" in cell["metadata"].get("tags", []), "".join(cell["source"])[:80]
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_no_control_character_in_a_cell(notebook):
+    """A TeX command written through a Python string loses its backslash: ``\\top`` becomes a tab
+    and "op", ``\\frac`` a form feed and "rac", and the page shows broken maths."""
+    cells = json.loads(notebook.read_text())["cells"]
+    found = [
+        (i, repr(text[max(0, k - 12) : k + 12]))
+        for i, cell in enumerate(cells)
+        for text in ["".join(cell["source"])]
+        for k, ch in enumerate(text)
+        if ch != "\n" and (ord(ch) < 32 or ord(ch) == 127)
+    ]
+    assert not found, f"control characters in {notebook.name} (cell, context): {found}"
