@@ -82,3 +82,17 @@ def test_cost_table_memory_law_and_agreement():
         assert row["same"]
         assert row["naive_largest"] == row["law"] == 4 * 4 * row["T"] ** 2
         assert row["sdpa_peak"] < row["naive_peak"]
+
+
+def test_forced_flash_kernel_raises_rather_than_falling_back_for_unequal_head_widths():
+    """The page says forcing the flash kernel makes an unsupported call fail instead of quietly
+    using another kernel, and that on a CPU MLA's explicit form (queries and keys 48 wide,
+    values 32) is such a call; the cost table's timings rest on the first."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k = torch.randn(1, 4, 16, 48), torch.randn(1, 4, 16, 48)
+    v = torch.randn(1, 4, 16, 32)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        torch.nn.functional.scaled_dot_product_attention(q, k, k.clone(), is_causal=True)
+        with pytest.raises(RuntimeError), pytest.warns(UserWarning, match="same last dimension"):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
