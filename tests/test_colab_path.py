@@ -68,7 +68,7 @@ def test_a_chapter_runs_its_setup_and_seed_section_outside_the_checkout(tmp_path
     seed_cell = next(c for c in cells if "mlexp.seed_section(" in c)
     stored = json.loads(notebook.with_suffix("").with_suffix(".seeds.json").read_text())
     seed_0 = min(stored["runs"], key=lambda r: r["offset"])["values"]  # this run's stand-in
-    glue_defs = glue_cell.split("for name, key in ABLATION_KEYS.items():")[0]
+    glue_defs = glue_cell.split('mlexp.glue("ablation_steps"')[0]
     script = setup + "\n" + textwrap.dedent(f"""\
         assert "site-packages" in mlexp.__file__, mlexp.__file__
         print("device:", device_name)

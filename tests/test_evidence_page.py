@@ -80,7 +80,7 @@ def real_chapter_record(tmp: pathlib.Path, monkeypatch) -> list[dict]:
     stored = json.loads(CHAPTER01.with_suffix("").with_suffix(".seeds.json").read_text())["runs"]
     zero = next(r for r in stored if r["offset"] == 0)["values"]
     namespace = {"mlexp": mlexp, "unigram_loss": 3.347, "bigram_loss": 2.482}
-    exec(keys_cell.split("for name, key in ABLATION_KEYS.items():")[0], namespace)
+    exec(keys_cell.split('mlexp.glue("ablation_steps"')[0], namespace)
     namespace["ablation"] = {name: zero[key] for name, key in namespace["ABLATION_KEYS"].items()}
     outputs: list[dict] = []
     monkeypatch.setattr(seedtable, "glue", lambda key, value: outputs.append(glued(key, value)))
