@@ -34,6 +34,11 @@ def cell_with(marker: str) -> str:
     return source
 
 
+def ablation_definitions() -> str:
+    """The ablation glue cell's names (keys, parts), up to its first glue call."""
+    return cell_with("ABLATION_KEYS = {").split('mlexp.glue("ablation_steps"')[0]
+
+
 @pytest.fixture
 def chapter_dir(tmp_path, monkeypatch):
     """A folder holding the chapter, as the build's kernel sees it, on a CPU named THIS_CPU."""
@@ -59,7 +64,7 @@ def run_seed_section(chapter_dir, monkeypatch, this_run: list[float], stored: li
     """Execute the chapter's seed-section cell with this run's ablation and stored seed runs."""
     namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, this_run)), **BASELINES}
     # Only the definitions of ABLATION_KEYS and PART are needed from the ablation's glue cell.
-    exec(cell_with("ABLATION_KEYS = {").split('mlexp.glue("ablation_steps"')[0], namespace)
+    exec(ablation_definitions(), namespace)
     seedruns.write_atomic(chapter_dir / "chapter01.seeds.json", {"notebook": NOTEBOOK.name, "runs": stored})
     glued = {}
     monkeypatch.setattr(mlexp, "glue_md", lambda name, text: glued.__setitem__(name, text))
@@ -225,7 +230,7 @@ def test_a_seed_run_records_its_fingerprint_and_machine(chapter_dir, monkeypatch
     glued = {}
     monkeypatch.setattr(mlexp.seedtable, "glue", lambda name, value: glued.__setitem__(name, value))
     namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, TYPICAL)), **BASELINES}
-    exec(cell_with("ABLATION_KEYS = {").split('mlexp.glue("ablation_steps"')[0], namespace)
+    exec(ablation_definitions(), namespace)
     exec(cell_with("mlexp.seed_section("), namespace)
     recorded = json.loads(glued["seed_provenance"])
     assert set(recorded["fingerprint"]) == set(provenance.INGREDIENTS)
@@ -243,7 +248,7 @@ def test_a_chapter_without_seed_data_yet_shows_its_own_run(chapter_dir, monkeypa
 
     monkeypatch.setattr("urllib.request.urlopen", offline)
     namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, TYPICAL)), **BASELINES}
-    exec(cell_with("ABLATION_KEYS = {").split('mlexp.glue("ablation_steps"')[0], namespace)
+    exec(ablation_definitions(), namespace)
     glued = {}
     monkeypatch.setattr(mlexp, "glue_md", lambda name, text: glued.__setitem__(name, text))
     exec(cell_with("mlexp.seed_section("), namespace)
