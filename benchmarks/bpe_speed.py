@@ -25,7 +25,7 @@ import argparse
 import time
 
 from mlexp.bpe import GPT2_SPLIT_PATTERN, BPETokenizer
-from mlexp.data import corpus_path
+from mlexp.training.data import corpus_path
 
 
 def timed(fn, *args, **kwargs):

@@ -4,7 +4,7 @@ Runs each chapter of the table of contents once, with seed offset 0, the way the
 does (a fresh kernel, every glued value harvested), then compares what it glued with the
 chapter's stored run of offset 0: the largest difference over the seed table's rows, against
 the largest standard deviation between the stored seeds, which is the drift rule the page
-itself applies (mlexp.seedtable). Under the float32 rule (mlexp.precision) a GPU run is the
+itself applies (mlexp.evidence.seedtable). Under the float32 rule (mlexp.training.precision) a GPU run is the
 same kind as the CPU's, so no separate GPU seed data is made; the runs are written to --out
 for the record.
 
@@ -25,8 +25,8 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mlexp import seedruns, seedstats  # noqa: E402
-from mlexp.seedtable import machine_of  # noqa: E402
+from mlexp.evidence import seedruns, seedstats  # noqa: E402
+from mlexp.evidence.seedtable import machine_of  # noqa: E402
 
 
 def chapters() -> list[pathlib.Path]:

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import mlexp
-from mlexp.train import _windows
+from mlexp.training.train import _windows
 from mlexp.transformer import TransformerLM, WriteNothing
 
 BATCH, BLOCK = 32, 64  # train_lm's default batch size, the chapter's context

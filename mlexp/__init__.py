@@ -1,10 +1,18 @@
 """mlexp: the small PyTorch library that the chapters of ML Explained
 import.
 
-What every chapter uses is imported here. What only some chapters use (the
-BPE tokenizer, bits per character) is imported on first use, so a chapter's
+The top level holds what a reader learns, one module per part of the
+block: ``transformer`` (Chapter 1's model), ``bpe`` (tokens), ``position``,
+``attention``. Two subpackages hold the rest: ``mlexp.training`` (data,
+seeds, arithmetic, training and scoring), which the parts use, and
+``mlexp.evidence`` (gluing, figure style, seed runs, the seed table and the
+evidence page), with which the book checks itself.
+
+What every chapter uses is re-exported here, so a notebook's imports
+survive a move inside the package. What only some chapters use (the BPE
+tokenizer, bits per character) is imported on first use, so a chapter's
 kernel loads, and its seed runs' fingerprint covers, only the modules its
-numbers can depend on (see :mod:`mlexp.provenance`).
+numbers can depend on (see :mod:`mlexp.evidence.provenance`).
 """
 
 from __future__ import annotations
@@ -13,22 +21,27 @@ import importlib
 
 import torch.nn as nn
 
-from . import seedstats, transformer
-from .data import CharTokenizer, load_char_corpus, load_text_split
-from .pages import glue, glue_md
-from .precision import describe_device
-from .seeds import in_seed_run, manual_seed, seed_offset, shifted
-from .seedtable import seed_section, timing_note
-from .side_by_side import train_side_by_side
-from .style import PALETTE, setup_style
-from .train import default_device, train_lm
+from . import transformer
+from .evidence import seedstats
+from .evidence.pages import glue, glue_md
+from .evidence.seedtable import seed_section, timing_note
+from .evidence.style import PALETTE, setup_style
+from .training.data import CharTokenizer, load_char_corpus, load_text_split
+from .training.precision import describe_device
+from .training.seeds import in_seed_run, manual_seed, seed_offset, shifted
+from .training.side_by_side import (
+    train_for_comparison,
+    train_side_by_side,
+)
+from .training.train import default_device, train_lm
 
 __version__ = "0.1.0"
 
 # Public names of the modules imported on first use.
 _LAZY = {
     "BPETokenizer": "bpe",
-    "bits_per_char": "evaluate",
+    "bits_per_char": "training.evaluate",
+    "loss_by_position": "training.evaluate",
 }
 
 __all__ = [
@@ -51,6 +64,7 @@ __all__ = [
     "default_device",
     "train_lm",
     "train_side_by_side",
+    "train_for_comparison",
     "count_params",
     *_LAZY,
 ]

@@ -30,11 +30,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .seeds import shifted
-from .transformer import TransformerLM, apply_rope, rope_cos_sin
+from .training.seeds import shifted
+from .transformer import TransformerLM, apply_rope
 
 __all__ = [
-    "rope_from",
     "KVCache",
     "GroupedQueryAttention",
     "LatentAttention",
@@ -44,7 +43,6 @@ __all__ = [
     "kv_cache",
     "generate",
     "RecurrentLM",
-    "loss_by_position",
     "training_tokens_per_second",
     "generation_speed",
     "attention_maps",
@@ -53,27 +51,7 @@ __all__ = [
 ]
 
 
-# --- Chapter 4, step 1: RoPE where the tokens really are ------------------
-
-
-def rope_from(x: Tensor, start: int = 0) -> Tensor:
-    """Chapter 1's RoPE for a (..., seq, head_dim) tensor whose first row
-    sits at position ``start`` rather than 0.
-
-    A cache feeds the model one new token at a time; its key must turn by
-    the angle of its true position, or its dot products with the cached
-    keys would measure the wrong distances. The angles come from Chapter
-    1's table, so position p gets the same rotation either way.
-    """
-    if start == 0:
-        return apply_rope(x)
-    seq, head_dim = x.shape[-2], x.shape[-1]
-    cos, sin = rope_cos_sin(start + seq, head_dim, x.device, x.dtype)
-    # the rows of positions start .. start + seq - 1: (seq, head_dim // 2)
-    cos, sin = cos[start:], sin[start:]
-    # (..., seq, head_dim) -> two (..., seq, head_dim // 2)
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+# --- Chapter 4, step 1: the causal call the variants share ----------------
 
 
 def _causal_mask(n_new: int, n_all: int, device: torch.device) -> Tensor:
@@ -205,7 +183,7 @@ class GroupedQueryAttention(nn.Module):
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)
         k = self.k_proj(x).view(B, T, K, D).transpose(1, 2)
         v = self.v_proj(x).view(B, T, K, D).transpose(1, 2)
-        return rope_from(q, start), rope_from(k, start), v
+        return apply_rope(q, start), apply_rope(k, start), v
 
     def _shared(self, t: Tensor) -> Tensor:
         """Each key/value head serves n_heads // n_kv_heads query heads
@@ -321,12 +299,12 @@ class LatentAttention(nn.Module):
         # (B, T, H * D) -> (B, H, T, D): the content part of each query
         q = self.w_q(x).view(B, T, H, D).transpose(1, 2)
         # (B, T, H * R) -> (B, H, T, R): the position part, rotated
-        q_rope = rope_from(
+        q_rope = apply_rope(
             self.w_qr(x).view(B, T, H, R).transpose(1, 2), start
         )
         # what is cached: (B, T, d_c) and the rotated key (B, T, R)
         latent = self.w_dkv(x)
-        k_rope = rope_from(self.w_kr(x), start)
+        k_rope = apply_rope(self.w_kr(x), start)
         if self.cache is not None:
             # (B, start + T, d_c) and (B, start + T, R)
             latent, k_rope = self.cache.append(latent, k_rope)
@@ -629,30 +607,6 @@ class RecurrentLM(nn.Module):
 
 
 # --- Chapter 4, step 7: measuring what the models do ----------------------
-
-
-class _WithoutPositions(nn.Module):
-    """A model whose ``forward`` takes no positions, dressed for Chapter
-    3's ``loss_by_position``, which passes ``positions=None``."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model, self.head = model, model.head
-
-    def forward(self, idx: Tensor, positions: Tensor | None = None):
-        return self.model(idx)
-
-
-def loss_by_position(
-    model: nn.Module, ids: Tensor, length: int, batch_size: int = 64
-) -> Tensor:
-    """Chapter 3's mean loss at each position of a window, (length,), for
-    any model that ``train_lm`` trains (``TransformerLM``,
-    ``RecurrentLM``): every non-overlapping window of the text, so its
-    mean is the loss on the whole text."""
-    from .position import loss_by_position as by_position
-
-    return by_position(_WithoutPositions(model), ids, length, batch_size)
 
 
 def training_tokens_per_second(

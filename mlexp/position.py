@@ -32,7 +32,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .transformer import Attention, TransformerLM
+from .transformer import (
+    Attention,
+    TransformerLM,
+    rope_frequencies,
+    rotate_pairs,
+)
 
 __all__ = [
     "Position",
@@ -44,7 +49,6 @@ __all__ = [
     "ntk_base",
     "PositionalAttention",
     "PositionalLM",
-    "loss_by_position",
 ]
 
 
@@ -175,10 +179,7 @@ class RoPE(Position):
     def frequencies(self) -> Tensor:
         """Angle per position of each channel pair, fastest first
         (head_dim / 2,)."""
-        half = self.head_dim // 2
-        return self.base ** (
-            -torch.arange(half, dtype=torch.float64) / half
-        )
+        return rope_frequencies(self.head_dim, self.base)
 
     def wavelengths(self) -> Tensor:
         """Positions each pair takes to turn once, as the model reads
@@ -189,10 +190,9 @@ class RoPE(Position):
         scaled = positions.double() / self.interpolate
         # (T,) x (half,) -> (T, half)
         angles = scaled[:, None] * self.frequencies().to(x.device)[None, :]
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        # (..., T, head_dim) -> two (..., T, head_dim / 2)
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+        return rotate_pairs(
+            x, angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        )
 
 
 class ALiBi(Position):
@@ -329,39 +329,3 @@ class PositionalLM(TransformerLM):
             return logits, None
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
-
-
-@torch.no_grad()
-def loss_by_position(
-    model: PositionalLM,
-    ids: Tensor,
-    length: int,
-    positions: Tensor | None = None,
-    batch_size: int = 64,
-) -> Tensor:
-    """Mean next-token loss at each position of a window, shape (length,).
-
-    The text is cut into every non-overlapping window of ``length`` tokens;
-    entry p is the loss on the token after position p, averaged over all
-    windows, so position 0 predicts from one token and the last position
-    from ``length``. ``positions`` replaces 0, 1, 2, ... (clamped ones for a
-    learned table, say).
-    """
-    n = (len(ids) - 1) // length
-    if n < 1:
-        raise ValueError(
-            f"{len(ids):,} tokens hold no window of {length + 1}; pass a "
-            "longer text or a shorter length"
-        )
-    model.eval()
-    device = model.head.weight.device
-    # (n * length + 1,) -> inputs and targets, (n, length) each
-    x = ids[: n * length].view(n, length).to(device)
-    y = ids[1 : n * length + 1].view(n, length).to(device)
-    total = torch.zeros(length, dtype=torch.float64, device=device)
-    for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
-        logits, _ = model(xb, positions=positions)
-        # (B, length, vocab) -> (B, vocab, length): a loss per token
-        loss = F.cross_entropy(logits.transpose(1, 2), yb, reduction="none")
-        total += loss.sum(dim=0).double()
-    return (total / n).cpu()

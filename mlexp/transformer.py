@@ -23,8 +23,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
-    "apply_rope",
+    "rope_frequencies",
     "rope_cos_sin",
+    "rotate_pairs",
+    "apply_rope",
     "Attention",
     "SwiGLU",
     "RMSNorm",
@@ -39,38 +41,59 @@ __all__ = [
 # --- Chapter 1, step 1: position ------------------------------------------
 
 
+def rope_frequencies(head_dim: int, base: float = 10000.0) -> Tensor:
+    """Angle per position of each channel pair, fastest first, float64
+    (head_dim // 2,): pair i turns by base^(-i / half) per position."""
+    half = head_dim // 2
+    return base ** (-torch.arange(half, dtype=torch.float64) / half)
+
+
 @functools.lru_cache(maxsize=32)
 def rope_cos_sin(
     seq: int, head_dim: int, device: torch.device, dtype: torch.dtype
 ) -> tuple[Tensor, Tensor]:
-    """Cosines and sines of RoPE's angles, shape (seq, head_dim // 2) each.
+    """Cosines and sines of RoPE's angles at positions 0 .. seq - 1, shape
+    (seq, head_dim // 2) each.
 
-    Channel pair i at position p turns by the angle p * 10000^(-i / half).
     The table depends only on the shape, so it is computed once and reused
     by every call.
     """
-    half = head_dim // 2
-    freqs = 10000.0 ** (-torch.arange(half, dtype=torch.float64) / half)
-    # (seq, half)
+    freqs = rope_frequencies(head_dim)
+    # (seq, 1) * (1, half) -> (seq, half)
     angles = (
         torch.arange(seq, dtype=torch.float64)[:, None] * freqs[None, :]
     )
     return angles.cos().to(device, dtype), angles.sin().to(device, dtype)
 
 
-def apply_rope(x: Tensor) -> Tensor:
-    """Rotary position embedding for a (batch, heads, seq, head_dim) tensor.
+def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Turn channel pair (i, i + head_dim // 2) of each row of ``x`` by the
+    angle whose cosine and sine are given: RoPE's rotation, shared by every
+    variant of it in the book.
+
+    ``x`` is (..., seq, head_dim); ``cos`` and ``sin`` are (seq,
+    head_dim // 2).
+    """
+    # (..., seq, head_dim) -> two (..., seq, head_dim // 2)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def apply_rope(x: Tensor, start: int = 0) -> Tensor:
+    """Rotary position embedding for a (batch, heads, seq, head_dim) tensor
+    whose first row sits at position ``start``.
 
     Channel i of the first half and channel i of the second half form a pair
     that is rotated by a position-dependent angle. A rotated query and a
     rotated key then have a dot product that depends only on how far apart
-    their positions are.
+    their positions are. ``start`` is for a model fed one new token at a
+    time from a cache (Chapter 4): its key must turn by the angle of its
+    true position.
     """
     seq, head_dim = x.shape[-2], x.shape[-1]
-    cos, sin = rope_cos_sin(seq, head_dim, x.device, x.dtype)
-    # (..., seq, head_dim) -> two (..., seq, head_dim // 2)
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    cos, sin = rope_cos_sin(start + seq, head_dim, x.device, x.dtype)
+    # the rows of positions start .. start + seq - 1
+    return rotate_pairs(x, cos[start:], sin[start:])
 
 
 # --- Chapter 1, step 2: attention -----------------------------------------

@@ -21,7 +21,6 @@ from mlexp.attention import (
     hidden_to_match,
     kv_cache,
     kv_cache_bytes_per_token,
-    rope_from,
 )
 from mlexp.transformer import Block, TransformerLM, apply_rope
 
@@ -133,12 +132,12 @@ def test_grouped_attention_with_all_heads_is_chapter1_attention():
     assert torch.allclose(ours(x), theirs(x), atol=1e-6)
 
 
-def test_rope_from_continues_chapter1_rope():
+def test_rope_from_a_start_position_continues_the_whole_sequence():
     x = torch.randn(2, 3, 20, 16, dtype=torch.float64)
     whole = apply_rope(x)
     # position p turns by the same angle whether it comes first or after a cache
-    assert torch.equal(rope_from(x[:, :, 7:], start=7), whole[:, :, 7:])
-    assert not torch.allclose(rope_from(x[:, :, 7:], start=6), whole[:, :, 7:])
+    assert torch.equal(apply_rope(x[:, :, 7:], start=7), whole[:, :, 7:])
+    assert not torch.allclose(apply_rope(x[:, :, 7:], start=6), whole[:, :, 7:])
 
 
 def mla(absorb=False, dtype=torch.float64):

@@ -10,11 +10,11 @@ from mlexp.attention import (
     attention_maps,
     generation_speed,
     head_statistics,
-    loss_by_position,
     repeated_text_loss,
     training_tokens_per_second,
 )
 from mlexp.attention_cost import cost_table
+from mlexp.training.evaluate import loss_by_position
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -15,7 +15,7 @@ from tiktoken._educational import bpe_train
 
 from mlexp import bpe
 from mlexp.bpe import GPT2_SPLIT_PATTERN, BPETokenizer
-from mlexp.data import corpus_path
+from mlexp.training.data import corpus_path
 
 # tiktoken needs a pattern; this one keeps any text in one piece, which is
 # what pattern=None means.

@@ -36,8 +36,9 @@ def test_there_is_a_chapter():
 def library_definitions() -> dict[str, ast.AST]:
     """Every public class and function of every mlexp module, by name."""
     found = {}
-    for path in sorted((ROOT / "mlexp").glob("*.py")):
-        module = importlib.import_module(f"mlexp.{path.stem}" if path.stem != "__init__" else "mlexp")
+    for path in sorted((ROOT / "mlexp").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        module = importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
         for name in getattr(module, "__all__", []):
             obj = inspect.unwrap(getattr(module, name, None))  # an lru_cache'd function too
             if (inspect.isclass(obj) or inspect.isfunction(obj)) and obj.__module__ == module.__name__:

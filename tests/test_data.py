@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mlexp
-from mlexp import data
+from mlexp.training import data
 
 
 def test_split_and_vocabulary(corpus):

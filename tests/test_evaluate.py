@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import mlexp
-from mlexp.evaluate import bits_per_char, total_nll
+from mlexp.training.evaluate import bits_per_char, total_nll
 
 
 class Uniform(nn.Module):
@@ -67,7 +67,7 @@ def test_the_text_split_is_the_char_corpus_split():
 
 
 def test_chapter_modules_load_only_when_used():
-    code = "import sys, mlexp; print('mlexp.bpe' in sys.modules, 'mlexp.evaluate' in sys.modules)"
+    code = "import sys, mlexp; print('mlexp.bpe' in sys.modules, 'mlexp.training.evaluate' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
     assert mlexp.BPETokenizer.__module__ == "mlexp.bpe"

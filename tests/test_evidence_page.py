@@ -4,8 +4,8 @@ A small Jupyter Book is built in a temporary folder: two fake chapters whose sto
 carry what a build glues (the seed section's provenance and its claim check), and the real
 Chapter 1 with its stored seed runs and a record made by running its own seed-section cell.
 The page must list every claim of every chapter in that table of contents, without knowing
-the chapters beforehand; a chapter whose stored runs were made with other code shows as stale
-with the reason; a claim that a run contradicts shows as failed and is logged as a warning
+the chapters beforehand; a chapter whose stored runs this build does not reproduce shows as stale
+with the reason and the rows that moved; a claim that a run contradicts shows as failed and is logged as a warning
 (which the book's -W build turns into a failure).
 """
 
@@ -22,7 +22,7 @@ import yaml
 from bs4 import BeautifulSoup
 
 import mlexp
-from mlexp import evidencepage, provenance, seedtable
+from mlexp.evidence import evidencepage, provenance, seedtable
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHAPTER01 = ROOT / "book/part1/chapter01.ipynb"
@@ -88,7 +88,7 @@ def real_chapter_record(tmp: pathlib.Path, monkeypatch) -> list[dict]:
     monkeypatch.chdir(tmp)
     try:
         exec(seed_cell, namespace)
-    except mlexp.seedstats.ClaimContradicted:
+    except mlexp.evidence.seedstats.ClaimContradicted:
         pass  # the record is glued before the checks; the page reports what failed
     return outputs + [glued("hands_on_minutes", 12.0)]
 
@@ -118,9 +118,10 @@ def make_book(tmp: pathlib.Path, monkeypatch, fail: bool) -> pathlib.Path:
     marked = "A typo.{claim}`the second fake's claim hold` {evidence}`likely`" if fail else "No marks."
     fake02 = notebook("Fake two", "part1/fake02", marked, record(claims02, values, []))
     (book / "part1/fake02.ipynb").write_text(json.dumps(fake02))
-    # stored with other code: stale
+    # stored with other code whose numbers this build does not reproduce: stale
+    older = {"fake_a": 1.1, "fake_b": 1.2}
     (book / "part1/fake02.seeds.json").write_text(json.dumps(
-        {"runs": [stored_run(k, values, code="older") for k in range(2)]}))
+        {"runs": [stored_run(k, older, code="older") for k in range(2)]}))
     shutil.copy(CHAPTER01.with_suffix("").with_suffix(".seeds.json"), book / "part1")
     nb = json.loads(CHAPTER01.read_text())
     shutil.copy(CHAPTER01, book / "part1")  # the seed cell runs beside the chapter
@@ -208,7 +209,8 @@ def test_a_stale_chapter_shows_as_stale_with_its_reason(built):
     _, _, soup = built
     status = section(soup, "part1/fake02").select_one(".evidence-status").get_text(" ", strip=True)
     assert status.startswith("Seed data stale"), status
-    assert "the chapter's code cells changed" in status
+    assert "this build does not reproduce the stored run with seed offset 0" in status
+    assert "moved by 0.100 (1.100 stored, 1.000 now)" in status
     current = section(soup, "part1/fake01").select_one(".evidence-status").get_text(" ", strip=True)
     assert current.startswith("Seed data current"), current
 
@@ -219,11 +221,11 @@ def test_the_top_line_counts_claims_and_current_chapters(built):
     n = sum(len(claims_of(book, d)) for d in chapters_of(book))
     # one claim of the second fake fails in this build
     assert line.startswith(f"{n} claims checked in this build, {n - 1} held"), line
-    # the first fake is current, the second stale; Chapter 1's record is made in this process,
-    # whose loaded mlexp modules decide whether it matches the stored runs
+    # the first fake is current, the second stale; Chapter 1's record, made in this process
+    # from its stored seed-0 values, reproduces its stored run whatever code made that run
     real = section(soup, "part1/chapter01").select_one(".evidence-status").get_text()
-    current = 1 + real.startswith("Seed data current")
-    assert f"{current} of 3 chapters have current seed data" in line, line
+    assert real.startswith("Seed data current"), real
+    assert "2 of 3 chapters have current seed data" in line, line
 
 
 def test_a_contradicted_claim_shows_failed_and_fails_the_build(built):
@@ -274,7 +276,7 @@ def test_a_rebuild_without_changes_still_fills_the_page(built):
 def test_harvesting_a_build_keeps_its_claim_check_out_of_the_values(tmp_path):
     """The check is the build's record, not a number of the chapter: a harvested run of
     offset 0 stores the provenance and the values, without it."""
-    from mlexp import seedruns
+    from mlexp.evidence import seedruns
 
     outputs = record(FAKE01_CLAIMS, {"fake_a": 1.0, "fake_b": 1.2}, [1, 2])
     outputs += [glued("fake_a", 1.0), glued("fake_b", 1.2)]
@@ -288,7 +290,7 @@ def test_harvesting_a_build_keeps_its_claim_check_out_of_the_values(tmp_path):
 def test_the_page_reports_a_failing_claim_as_the_chapter_fails(tmp_path, monkeypatch):
     """seed_section records how each claim fared before it checks them, so the build that
     fails on a contradicted claim has a record that the page reads the same way."""
-    from mlexp import seedruns
+    from mlexp.evidence import seedruns
 
     (tmp_path / "fake.ipynb").write_text(json.dumps(notebook("Fake", "part1/fake", "", [])))
     monkeypatch.chdir(tmp_path)
@@ -308,7 +310,7 @@ def test_the_page_reports_a_failing_claim_as_the_chapter_fails(tmp_path, monkeyp
     assert chapter.current and chapter.claims[0].held is True
     assert chapter.claims[0].checked == ["1", "2"]
 
-    with pytest.raises(mlexp.seedstats.ClaimContradicted):
+    with pytest.raises(mlexp.evidence.seedstats.ClaimContradicted):
         seedtable.seed_section("part1/fake.ipynb", ROWS, {"fake_a": 3.0, "fake_b": 2.0}, claims)
     chapter = evidencepage.chapter_evidence("part1/fake", outputs, runs)
     assert chapter.claims[0].held is False

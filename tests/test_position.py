@@ -16,9 +16,9 @@ from mlexp.position import (
     PositionalLM,
     RoPE,
     Sinusoidal,
-    loss_by_position,
     ntk_base,
 )
+from mlexp.training.evaluate import loss_by_position
 from mlexp.transformer import TransformerLM, apply_rope
 
 VOCAB, DIM, HEADS, T = 65, 32, 4, 16

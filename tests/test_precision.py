@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import mlexp
-from mlexp import precision, provenance
+from mlexp.evidence import provenance
+from mlexp.training import precision
 from mlexp.transformer import TransformerLM
 
 GPUS = {"T4": ("Tesla T4", (7, 5)), "H100": ("NVIDIA H100 80GB HBM3", (9, 0))}
@@ -76,7 +77,7 @@ def test_the_rule_leaves_the_cpu_numbers_exactly_as_they_were(corpus, monkeypatc
     losses, weights = run()
     plain = precision.Arithmetic(kind="fp32", name="float32")
     monkeypatch.setattr(precision.Arithmetic, "context", lambda self: contextlib.nullcontext())
-    monkeypatch.setattr(mlexp.train, "arithmetic", lambda device: plain)
+    monkeypatch.setattr(mlexp.training.train, "arithmetic", lambda device: plain)
     plain_losses, plain_weights = run()
     assert losses == plain_losses
     assert torch.equal(weights, plain_weights)

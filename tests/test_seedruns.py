@@ -5,7 +5,7 @@ import json
 import nbformat
 import pytest
 
-from mlexp import seedruns, seedstats
+from mlexp.evidence import seedruns, seedstats
 
 
 def glued_notebook(values: dict) -> nbformat.NotebookNode:

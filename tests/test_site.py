@@ -389,7 +389,7 @@ def test_the_frequency_baseline_is_scored_on_the_validation_text(pages):
 def recorded_claims(name: str) -> list[str] | None:
     """The claims a chapter's build recorded (myst-nb's glue file beside the executed notebook),
     or None for a chapter without a seed section."""
-    from mlexp import evidencepage, seedtable
+    from mlexp.evidence import evidencepage, seedtable
 
     glue = evidencepage.read_glue(SITE.parent / "jupyter_execute" / f"{name}.glue.json")
     if seedtable.PROVENANCE_KEY not in glue:

@@ -78,7 +78,7 @@ def two_threads():
 
 def test_side_by_side_matches_one_after_another(corpus, two_threads):
     """Workers give each model the numbers it gets alone with the same threads, and its weights."""
-    from mlexp.side_by_side import plan_workers
+    from mlexp.training.side_by_side import plan_workers
 
     tok, train_ids, val_ids = corpus
 
@@ -129,7 +129,7 @@ def test_side_by_side_trains_unpicklable_models_here(corpus, two_threads):
     ],
 )
 def test_container_cpu_quota_caps_the_workers(tmp_path, files, cpus):
-    from mlexp.side_by_side import cgroup_cpus
+    from mlexp.training.side_by_side import cgroup_cpus
 
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)

@@ -14,8 +14,8 @@ only leaves a placeholder, and the content is built in ``doctree-resolved`` from
 chapter of the table of contents that recorded a seed section: its ``<chapter>.seeds.json``
 and what its build glued (myst-nb's ``<chapter>.glue.json`` in ``_build/jupyter_execute``,
 which stays there when the chapter comes from the execution cache or is not read again).
-``mlexp.evidencepage`` turns that data into claims, runs and a verdict with the rule the
-chapter's own seed section applies (``mlexp.seedtable.assess``). The page is read again on
+``mlexp.evidence.evidencepage`` turns that data into claims, runs and a verdict with the rule the
+chapter's own seed section applies (``mlexp.evidence.seedtable.assess``). The page is read again on
 every build, so it always reports the latest runs. At read time the directive registers one
 label per chapter, ``evidence-<docname with dashes>``, so that a chapter links to its part of
 the page with ``{ref}``.
@@ -225,13 +225,13 @@ def _evidencepage():
     """mlexp's page module, from this checkout."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from mlexp import evidencepage
+    from mlexp.evidence import evidencepage
 
     return evidencepage
 
 
 def gather(app: Sphinx) -> list:
-    """Every chapter of the table of contents with a seed section, as mlexp.evidencepage sees it."""
+    """Every chapter of the table of contents with a seed section, as mlexp.evidence.evidencepage sees it."""
     evidencepage = _evidencepage()
 
     env = app.env
@@ -393,7 +393,7 @@ def chapter_content(app: Sphinx, fromdoc: str, chapter) -> list[nodes.Node]:
         f"This build: {machine}, seed offset {chapter.assessment.offset}, executed in "
         f"{_duration(chapter.exec_seconds)}"
         + (f" (run made {chapter.exec_date})" if chapter.exec_date else "")
-        + ". Largest drift from the stored run of the same "
+        + ". Largest distance from the stored run of the same "
         f"offset: {chapter.drift}.")
     section += build
     return list(section.children)

@@ -9,9 +9,9 @@ it was produced.
 
 Command line::
 
-    python -m mlexp.seedruns run book/part1/chapter01.ipynb \\
+    python -m mlexp.evidence.seedruns run book/part1/chapter01.ipynb \\
         --offsets 0 1 2 --jobs 3
-    python -m mlexp.seedruns merge run-*.json \\
+    python -m mlexp.evidence.seedruns merge run-*.json \\
         --out book/part1/chapter01.seeds.json
 
 ``run`` writes the data file beside the notebook unless ``--out`` says
@@ -36,8 +36,7 @@ import sys
 import tempfile
 import time
 
-from . import __version__
-from .seeds import SEED_OFFSET_ENV, SEED_RUN_ENV
+from ..training.seeds import SEED_OFFSET_ENV, SEED_RUN_ENV
 from .seedtable import CHECK_KEY, PROVENANCE_KEY, machine_of
 
 __all__ = [
@@ -190,7 +189,6 @@ def run_record(
         "values": values,
         "provenance": {
             **recorded,
-            "mlexp_version": __version__,
             "mlexp_commit": _git_commit(notebook.parent),
             "torch_version": torch.__version__,
             "device": values.get("device_name", "unknown"),
@@ -299,7 +297,7 @@ def _run_in_subprocess(
         cmd = [
             sys.executable,
             "-m",
-            "mlexp.seedruns",
+            "mlexp.evidence.seedruns",
             "run",
             str(notebook),
             "--offsets",
@@ -372,7 +370,7 @@ def write_atomic(path: str | os.PathLike, data: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mlexp.seedruns",
+        prog="python -m mlexp.evidence.seedruns",
         description=__doc__.split("\n\n")[0],
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -4,7 +4,7 @@ models.
 One fixed recipe (AdamW, linear warm-up then cosine decay, gradient
 clipping), so that when a chapter changes one block, the block is the only
 thing that changed. Batches and evaluation windows are drawn from generators
-seeded through :mod:`mlexp.seeds`.
+seeded through :mod:`mlexp.training.seeds`.
 """
 
 from __future__ import annotations
@@ -162,14 +162,11 @@ def train_lm(
         losses = evaluate()
         now = time.perf_counter()
         elapsed = now - start
-        for key, value in (
-            ("step", step),
-            ("train", losses["train"]),
-            ("val", losses["val"]),
-            ("time", elapsed),
-            ("eval_time", now - eval_start),
-        ):
-            history[key].append(value)
+        history["step"].append(step)
+        history["train"].append(losses["train"])
+        history["val"].append(losses["val"])
+        history["time"].append(elapsed)
+        history["eval_time"].append(now - eval_start)
         if log:
             print(
                 f"step {step:4d}  train {losses['train']:.3f}  val "
@@ -190,7 +187,7 @@ def train_lm(
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
 
-    # float32 on every device: see mlexp.precision
+    # float32 on every device: see mlexp.training.precision
     with arithmetic(device).context():
         model.train()
         record(0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import pickle
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from .train import default_device, train_lm
 
 __all__ = [
     "train_side_by_side",
+    "train_for_comparison",
     "plan_workers",
     "cpu_budget",
     "cgroup_cpus",
@@ -161,3 +163,34 @@ def train_side_by_side(
             models[name].load_state_dict(weights)
             models[name].context_length = block_size  # as train_lm sets it
     return histories
+
+
+def train_for_comparison(
+    models: dict[str, nn.Module],
+    train_ids: Tensor | Mapping[str, Tensor],
+    val_ids: Tensor | Mapping[str, Tensor],
+    steps: int,
+    block_size: int,
+    **train_kwargs,
+) -> float:
+    """Train ``models`` side by side for ``steps`` and return the wall time
+    it took, in seconds.
+
+    For a chapter that scores its trained models itself (over the whole
+    validation text, position by position): the runs then evaluate only
+    at their start and end, on a few windows, so that no training time goes
+    into numbers nobody reads.
+    """
+    start = time.perf_counter()
+    train_side_by_side(
+        models,
+        train_ids,
+        val_ids,
+        steps=steps,
+        block_size=block_size,
+        eval_every=steps,
+        eval_batches=4,
+        log=False,
+        **train_kwargs,
+    )
+    return time.perf_counter() - start

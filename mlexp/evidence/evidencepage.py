@@ -4,12 +4,13 @@ seeds, and how it held, read from the data a build already has.
 A chapter's build records (with ``myst_nb.glue``, in the
 ``<chapter>.glue.json`` that myst-nb writes beside the executed notebook)
 what its seed section compared: the fingerprint and machine of its run,
-the rows of its seed table and its claims (:data:`~mlexp.seedtable.
-PROVENANCE_KEY`), and how each claim fared in each run
-(:data:`~mlexp.seedtable.CHECK_KEY`). Together with the chapter's stored
-runs (``<chapter>.seeds.json``) that is all the page needs; it judges
-staleness and drift with :func:`mlexp.seedtable.assess`, the rule the
-chapter's own seed section applies, so the page and the chapter cannot
+the rows of its seed table and its claims
+(:data:`~mlexp.evidence.seedtable.PROVENANCE_KEY`), and how each claim
+fared in each run (:data:`~mlexp.evidence.seedtable.CHECK_KEY`). Together
+with the chapter's stored runs (``<chapter>.seeds.json``) that is all the
+page needs; it judges staleness and drift with
+:func:`mlexp.evidence.seedtable.assess`, the rule the chapter's own seed
+section applies, so the page and the chapter cannot
 disagree.
 
 This module builds plain data (:class:`ChapterEvidence`); the book's
@@ -122,11 +123,17 @@ class ChapterEvidence:
                 f"no stored seed runs of this build's kind ({kind}); "
                 "the claims are checked against this build alone"
             )
+        if a.stale_because:
+            label = {key: name for name, key in self.rows.items()}
+            moved = f" ({a.moved_rows(label)})" if a.moved else ""
+            return (
+                f"{'; '.join(a.stale_because)}{moved}; the claims are "
+                "checked against this build alone until the seeds are rerun"
+            )
         if a.changed:
             return (
                 f"{', '.join(a.changed)} changed since the stored runs "
-                "were made; the claims are checked against this build "
-                "alone until the seeds are rerun"
+                "were made, and this build reproduces them"
             )
         return (
             "the stored runs were made with this build's code, library, "
@@ -135,26 +142,18 @@ class ChapterEvidence:
 
     @property
     def drift(self) -> str:
-        """This build's largest distance from the stored run of its
-        offset, against the seeds' largest standard deviation."""
+        """How closely this build reproduced the stored run of its offset,
+        beside the seeds' largest standard deviation."""
         a = self.assessment
-        if not self.current:
-            return "not compared, as the stored runs are not current"
         if a.drift is None or a.spread is None:
             return f"no stored run with seed offset {a.offset}"
         label = {key: name for name, key in self.rows.items()}
         (drift, drift_key), (spread, spread_key) = a.drift, a.spread
-        verdict = "within" if drift <= spread else "beyond"
-        if drift < 0.0005:  # the seed section's words for the same case
-            return (
-                "matches the stored run to three decimals; the seeds' "
-                f"standard deviation is up to {spread:.3f} "
-                f"({label.get(spread_key, spread_key)})"
-            )
         return (
-            f"{drift:.3f} ({label.get(drift_key, drift_key)}) against a "
-            f"seed standard deviation of up to {spread:.3f} "
-            f"({label.get(spread_key, spread_key)}): {verdict} the spread"
+            f"{drift:.3f} ({label.get(drift_key, drift_key)}; tolerance "
+            f"{seedtable.REPRODUCTION_TOLERANCE}), against a seed standard "
+            f"deviation of up to {spread:.3f} "
+            f"({label.get(spread_key, spread_key)})"
         )
 
     @property

@@ -9,8 +9,9 @@ records two things apart:
 
 - a *fingerprint*, one hash per ingredient of its numbers, compared to
   decide staleness;
-- the *machine*: the kind of arithmetic (:mod:`mlexp.precision`), CPU model
-  and instruction set (or GPU), and threads, reported beside the numbers;
+- the *machine*: the kind of arithmetic
+  (:mod:`mlexp.training.precision`), CPU model and instruction set (or
+  GPU), and threads, reported beside the numbers;
   only runs of one kind of arithmetic are compared.
 
 Hashes are taken over the syntax tree of the code without docstrings and
@@ -29,12 +30,13 @@ import sys
 
 import torch
 
-from .data import corpus_path
-from .precision import arithmetic
+from ..training.data import corpus_path
+from ..training.precision import arithmetic
 
 __all__ = [
     "INGREDIENTS",
-    "PRESENTATION_MODULES",
+    "EVIDENCE_PACKAGE",
+    "loaded_modules",
     "fingerprint",
     "machine",
 ]
@@ -47,19 +49,10 @@ INGREDIENTS = {
     "torch": "the PyTorch version",
 }
 
-#: Modules that read, store or show numbers without producing them. Changing
-#: them does not change a run's numbers, so the fingerprint leaves them out.
-PRESENTATION_MODULES = frozenset(
-    {
-        "mlexp.evidencepage",
-        "mlexp.pages",
-        "mlexp.provenance",
-        "mlexp.seedruns",
-        "mlexp.seedstats",
-        "mlexp.seedtable",
-        "mlexp.style",
-    }
-)
+#: The subpackage that reads, stores and shows numbers without producing
+#: them: changing it does not change a run's numbers, so the library's hash
+#: leaves it out.
+EVIDENCE_PACKAGE = "mlexp.evidence"
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -107,26 +100,38 @@ def notebook_code(notebook: str | pathlib.Path) -> list[str]:
     return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
 
 
-def loaded_mlexp_sources() -> dict[str, str]:
-    """Source of every mlexp module this process has imported, by module
-    name.
+def loaded_modules() -> list[str]:
+    """Every mlexp module this process has imported, by dotted name.
 
-    A chapter's kernel has imported exactly the modules its numbers can
-    depend on; modules it never loaded (another chapter's tokenizer, say)
-    cannot change them.
+    A chapter's kernel has imported exactly the modules its page can
+    depend on; the build's execution cache runs a chapter again when one of
+    them changes (``book/_ext/execution_fingerprint.py``).
     """
-    sources = {}
-    for name, module in sorted(sys.modules.items()):
-        if name != "mlexp" and not name.startswith("mlexp."):
-            continue
-        if name in PRESENTATION_MODULES or not getattr(
-            module, "__file__", None
-        ):
-            continue
-        sources[name] = pathlib.Path(module.__file__).read_text(
+    return sorted(
+        name
+        for name, module in sys.modules.items()
+        if (name == "mlexp" or name.startswith("mlexp."))
+        and getattr(module, "__file__", None)
+    )
+
+
+def loaded_mlexp_sources() -> dict[str, str]:
+    """Source of every loaded mlexp module that can produce numbers, by
+    module name: the evidence subpackage is left out.
+
+    Modules a kernel never loaded (another chapter's tokenizer, say) cannot
+    change its numbers.
+    """
+    return {
+        name: pathlib.Path(sys.modules[name].__file__).read_text(
             encoding="utf-8"
         )
-    return sources
+        for name in loaded_modules()
+        if not (
+            name == EVIDENCE_PACKAGE
+            or name.startswith(EVIDENCE_PACKAGE + ".")
+        )
+    }
 
 
 def fingerprint(notebook: str | pathlib.Path) -> dict[str, str]:

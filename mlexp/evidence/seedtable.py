@@ -6,32 +6,43 @@ Every chapter that checks its findings across seeds calls
 and the sentences it claims. The function:
 
 - glues this run's fingerprint and machine, with the table's rows and the
-  claims, so that a seed run (:mod:`mlexp.seedruns`) or the build's own run
-  (``seedruns harvest``) can be stored with its numbers; in a seed run it
-  stops there and returns ``None``;
+  claims, so that a seed run (:mod:`mlexp.evidence.seedruns`) or the
+  build's own run (``seedruns harvest``) can be stored with its numbers; in
+  a seed run it stops there and returns ``None``;
 - in a build, reads ``<chapter>.seeds.json`` and keeps the stored runs of
-  this build's kind of arithmetic (:mod:`mlexp.precision`: float32 on every
-  device, so a GPU build is judged against runs made on a CPU; runs of
-  another kind, from before that rule, differ by more than rounding and are
-  never mixed in);
+  this build's kind of arithmetic (:mod:`mlexp.training.precision`: float32
+  on every device, so a GPU build is judged against runs made on a CPU;
+  runs of another kind, from before that rule, are never mixed in);
 - puts this page's run in the table as the entry of its own seed offset, so
   one seed never shows two numbers, and the mean and standard deviation
   include it;
+- decides whether the stored runs are current with :func:`assess`: they
+  are while this build reproduces the stored run of its own seed offset
+  (see :data:`REPRODUCTION_TOLERANCE`), whatever code produced it;
 - says, in the table's caption, which machines made the stored runs and
-  this one, and how far this build lies from the stored run of its offset
-  against the spread between seeds: within the spread is the normal case on
-  another machine, beyond it is said plainly in a warning;
-- warns, naming what changed, when the stored runs were made with other
-  code, library, corpus or PyTorch (stale data, which the Seed runs workflow
-  refreshes);
+  this one, what changed since (code cells, library, PyTorch) and how
+  closely this build reproduced them; stale data gets a warning that names
+  the rows that moved and by how much (the Seed runs workflow refreshes it);
 - checks every claim against this page's run and every current stored run of
-  its kind, raising :class:`~mlexp.seedstats.ClaimContradicted` (which fails
-  the build) otherwise; before it checks, it glues how each claim fared in
-  each run (:data:`CHECK_KEY`) for the book's evidence page
-  (:mod:`mlexp.evidencepage`).
+  its kind, raising :class:`~mlexp.evidence.seedstats.ClaimContradicted`
+  (which fails the build) otherwise; before it checks, it glues how each
+  claim fared in each run (:data:`CHECK_KEY`) for the book's evidence page
+  (:mod:`mlexp.evidence.evidencepage`).
 
-The rule that compares this build with the stored runs is :func:`assess`,
-which the evidence page applies to the same data.
+**Current by reproduction.** Seed data is evidence about an experiment, not
+about the files that ran it. A hash of the code changes with every edit,
+also one that leaves every number as it was (a renamed variable, a moved
+module, a faster implementation of the same arithmetic); rerunning three
+seeds of every chapter after each of them would make the evidence cost more
+than the book. So the fingerprint (:mod:`mlexp.evidence.provenance`) is a
+record, and the test is the numbers: the build has just rerun the
+experiment with its own seed offset, and when that run lands within
+:data:`REPRODUCTION_TOLERANCE` of the stored run of the same offset on
+every row of the table, the experiment is the one the stored runs
+measured. A change of the experiment (its steps, data, model or recipe)
+moves its numbers by far more and makes the data stale. Two things stale
+the data whatever the numbers: another corpus, and other rows in the
+table (a stored run cannot fill a row it never had).
 """
 
 from __future__ import annotations
@@ -43,12 +54,13 @@ from collections.abc import Callable, Mapping
 
 import torch
 
+from ..training.seeds import in_seed_run, seed_offset
+from ..training.train import default_device
 from . import provenance, seedstats
 from .pages import glue
-from .seeds import in_seed_run, seed_offset
-from .train import default_device
 
 __all__ = [
+    "REPRODUCTION_TOLERANCE",
     "Assessment",
     "SeedSection",
     "assess",
@@ -68,6 +80,21 @@ PROVENANCE_KEY = "seed_provenance"
 #: The glue key under which a build records how each claim fared in each
 #: run, for the book's evidence page (only builds glue it, not seed runs).
 CHECK_KEY = "seed_check"
+
+#: How far, on any row, this build's run may lie from the stored run of its
+#: seed offset and still reproduce it. The drift it must absorb is that
+#: between machines running the same code: other instruction sets take
+#: other kernel paths and change the last digits of a training run. Measured
+#: (README, "Seed runs"): an AMD EPYC with AVX2 against an Intel Xeon with
+#: AVX-512 and an EPYC with AVX-512, and this EPYC with PyTorch's vectorized
+#: kernels switched off (``benchmarks/drift.py``), at most 0.006 on any row
+#: of Chapters 1 to 4, where the seeds' own standard deviations reach 0.02
+#: to 0.09. A change of the experiment moves its numbers by far more: one
+#: more tenth of the training steps moves Chapter 1's losses by several
+#: hundredths. Rows are losses in nats, bits per character, fractions and
+#: ratios of order one, and exact counts, so one absolute bound serves them
+#: all.
+REPRODUCTION_TOLERANCE = 0.01
 
 KIND_NAMES = {
     "fp32": "float32",
@@ -165,6 +192,47 @@ def _no_runs_of_this_kind(
     )
 
 
+def _numbers(values: list[float]) -> Callable[[float], str]:
+    """How a row prints its values: as integers where every value is a
+    whole number (a count of bytes, say), else to three decimals."""
+    if all(float(v).is_integer() for v in values):
+        return lambda v: f"{v:,.0f}"
+    return lambda v: f"{v:.3f}"
+
+
+def _row(label: str, column: list[float], this: float) -> list[str]:
+    """One row's cells after its label: this page's value, the summary
+    over seeds, each seed's value.
+
+    A label ending in "?" asks a yes/no question (values 1 and 0), counted
+    across the seeds; a row whose every value is a whole number (a count of
+    bytes, say) is printed as integers; the rest as mean ± sd to three
+    decimals.
+    """
+    n = len(column)
+    number = _numbers(column)
+    if label.endswith("?"):
+        word = {1.0: "yes", 0.0: "no"}
+        yes = sum(v == 1.0 for v in column)
+        return [
+            word.get(this, number(this)),
+            f"yes in {yes} of {n}" if n > 1 else "—",
+            " / ".join(word.get(v, number(v)) for v in column),
+        ]
+    mean, sd = seedstats.mean_sd(column)
+    if n == 1:
+        summary = "—"
+    elif all(float(v).is_integer() for v in column):
+        summary = (
+            f"{mean:,.0f} in every seed"
+            if len(set(column)) == 1
+            else f"{mean:,.1f} ± {sd:,.1f}"
+        )
+    else:
+        summary = f"{mean:.3f} ± {sd:.3f}"
+    return [number(this), summary, " / ".join(number(v) for v in column)]
+
+
 def _table(
     rows: Mapping[str, str],
     runs: Mapping[int, Mapping[str, float]],
@@ -180,12 +248,8 @@ def _table(
     lines = [header, "|---|---|---|---|"]
     for label, key in rows.items():
         column = [runs[o][key] for o in offsets]
-        mean, sd = seedstats.mean_sd(column)
-        spread = f"{mean:.3f} ± {sd:.3f}" if n > 1 else "—"
-        each = " / ".join(f"{v:.3f}" for v in column)
-        lines.append(
-            f"| {label} | {runs[offset][key]:.3f} | {spread} | {each} |"
-        )
+        cells = _row(label, column, runs[offset][key])
+        lines.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -201,9 +265,11 @@ class Assessment:
     ``own`` are the stored runs of this build's kind of arithmetic that the
     table compares with (or, when they lack a row, the runs of this kind
     whose machines a warning names); ``changed`` names what differs since
-    they were made; ``drift`` and ``spread`` are ``(value, key)`` of this
-    build's largest distance from the stored run of its offset and of the
-    largest seed-to-seed standard deviation, where both exist.
+    they were made (a record: see the module's docstring); ``moved`` lists
+    ``(key, stored, this build)`` for each row on which this build does not
+    reproduce the stored run of its offset; ``drift`` and ``spread`` are
+    ``(value, key)`` of this build's largest distance from that run and of
+    the largest seed-to-seed standard deviation, where both exist.
     """
 
     kind: str
@@ -217,14 +283,16 @@ class Assessment:
     stored_values: dict[int, dict[str, float]]
     runs: dict[int, dict[str, float]]
     changed: list[str]
+    moved: list[tuple[str, float, float]]
+    stale_because: list[str]
     drift: tuple[float, str] | None
     spread: tuple[float, str] | None
 
     @property
     def current(self) -> bool:
-        """The stored runs were made with this build's code, library and
-        data."""
-        return bool(self.own) and not self.changed
+        """The stored runs measured the experiment this build ran: same
+        corpus and rows, and this build reproduces its offset's run."""
+        return bool(self.own) and not self.stale_because
 
     @property
     def checked(self) -> list[int]:
@@ -239,6 +307,27 @@ class Assessment:
         """The stored run of this build's offset, if there is one."""
         return self.stored_values.get(self.offset)
 
+    def reproduction(self) -> str:
+        """How closely this build reproduced the stored run of its offset,
+        in words ("reproduces the stored run with seed offset 0 to
+        0.004")."""
+        drift, _ = self.drift
+        return (
+            f"reproduces the stored run with seed offset {self.offset} to "
+            f"{drift:.3f} (tolerance {REPRODUCTION_TOLERANCE})"
+        )
+
+    def moved_rows(self, label: Mapping[str, str]) -> str:
+        """The rows that did not reproduce, with both values, in words."""
+        parts = []
+        for key, then, now in self.moved:
+            number = _numbers([then, now])
+            parts.append(
+                f"{label.get(key, key)} moved by {abs(now - then):.3f} "
+                f"({number(then)} stored, {number(now)} now)"
+            )
+        return "; ".join(parts)
+
 
 def assess(
     here: Mapping[str, Mapping],
@@ -251,8 +340,8 @@ def assess(
     rule, in one place.
 
     ``here`` holds this build's ``fingerprint`` and ``machine``
-    (:mod:`mlexp.provenance`), ``rows`` maps row labels to glue keys,
-    ``current`` holds this build's values, ``stored`` the runs of
+    (:mod:`mlexp.evidence.provenance`), ``rows`` maps row labels to glue
+    keys, ``current`` holds this build's values, ``stored`` the runs of
     ``<chapter>.seeds.json`` and ``offset`` this build's seed offset.
     """
     keys = list(rows.values())
@@ -269,14 +358,33 @@ def assess(
     # This page's run is its own offset's entry: one number per seed.
     runs = {**stored_values, offset: {k: float(current[k]) for k in keys}}
     changed = changed_ingredients(here["fingerprint"], own) if own else []
+    stale_because = []
     if lacking:
-        changed.append("the rows of the seed table")
+        stale_because.append("the rows of the seed table changed")
         own = own or same_kind  # whose machines the warning names
+    if provenance.INGREDIENTS["corpus"] in changed:
+        stale_because.append("the corpus changed")
     before = stored_values.get(offset)
     drift = spread = None
+    moved: list[tuple[str, float, float]] = []
     if before is not None:
         drift = seedstats.largest_drift(current, before, keys)
         spread = seedstats.largest_spread(stored_values, keys)
+        moved = [
+            (k, before[k], float(current[k]))
+            for k in keys
+            if abs(float(current[k]) - before[k]) > REPRODUCTION_TOLERANCE
+        ]
+        if moved:
+            stale_because.append(
+                "this build does not reproduce the stored run with seed "
+                f"offset {offset}"
+            )
+    elif changed and own:
+        stale_because.append(
+            f"{', '.join(changed)} changed and no stored run has seed "
+            f"offset {offset} to reproduce"
+        )
     return Assessment(
         kind=kind,
         this_name=here["machine"]["name"],
@@ -287,6 +395,8 @@ def assess(
         stored_values=stored_values,
         runs=runs,
         changed=changed,
+        moved=moved,
+        stale_because=stale_because,
         drift=drift,
         spread=spread,
     )
@@ -343,8 +453,15 @@ def seed_section(
     # rows and the claims, so that tools outside the chapter compare what
     # the page compares. A seed run stores it; a build's executed notebook
     # keeps it too, so that the build's own run can be stored as its
-    # offset's (python -m mlexp.seedruns harvest).
-    recorded = {**here, "rows": dict(rows), "claims": list(claims or {})}
+    # offset's (python -m mlexp.evidence.seedruns harvest). The modules the
+    # kernel loaded tell the build's execution cache which library edits
+    # should run the chapter again (book/_ext/execution_fingerprint.py).
+    recorded = {
+        **here,
+        "rows": dict(rows),
+        "claims": list(claims or {}),
+        "modules": provenance.loaded_modules(),
+    }
     glue(PROVENANCE_KEY, json.dumps(recorded, sort_keys=True))
     if in_seed_run():
         return None
@@ -355,69 +472,58 @@ def seed_section(
     except FileNotFoundError:  # a new chapter, before its first seed runs
         stored = []
     a = assess(here, rows, current, stored, offset)
-    this_name, own, changed = a.this_name, a.own, a.changed
+    label = {key: name for name, key in rows.items()}
     table = _table(rows, a.runs, offset)
-    # Which machines made the numbers goes in the table's caption; what a
-    # reader must act on (no comparable runs, stale data, drift beyond the
-    # seeds' spread) in an admonition below it.
-    caption = f"This page built on {this_name}."
+    # Which machines made the numbers, what changed since and how closely
+    # this build reproduced them go in the table's caption; what a reader
+    # must act on (no comparable runs, stale data) in an admonition below.
+    caption = f"This page built on {a.this_name}."
     note = ""
-
-    if not own:
+    made_on = machine_names(a.own)
+    if not a.own:
         note = _admonition(
             "note",
             "seed-drift",
-            _no_runs_of_this_kind(a.kind, this_name, a.others),
+            _no_runs_of_this_kind(a.kind, a.this_name, a.others),
         )
-    elif changed:
+    elif a.stale_because:
+        moved = (
+            f" On the rows that moved: {a.moved_rows(label)} (tolerance "
+            f"{REPRODUCTION_TOLERANCE})."
+            if a.moved
+            else ""
+        )
         note = _admonition(
             "warning",
             "stale-seed-data",
-            f"The stored seed runs are stale: {', '.join(changed)} changed "
-            f"since they were made (on {machine_names(own)}), so their "
-            "numbers may not match this page's. Rerun the seeds (the Seed "
-            "runs workflow, or see the README) to refresh them.",
-        )
-    elif a.before is None:
-        caption = (
-            f"Stored runs made on {machine_names(own)}; this page built on "
-            f"{this_name} with seed offset {offset}, which has no stored "
-            "run."
+            f"The stored seed runs are stale: {'; '.join(a.stale_because)}"
+            f" (they were made on {made_on}), so the claims are checked "
+            f"against this page's run alone.{moved} Rerun the seeds (the "
+            "Seed runs workflow, or see the README) to refresh them.",
         )
     else:
-        label = {key: name for name, key in rows.items()}
-        drift, drift_key = a.drift
-        spread, spread_key = a.spread
-        made_on = machine_names(own)
         where = (
             f"Stored runs and this page made on {made_on}."
-            if made_on == this_name
+            if made_on == a.this_name
             else f"Stored runs made on {made_on}; this page built on "
-            f"{this_name}."
+            f"{a.this_name}."
         )
-        gap = (
-            f"This build matches the stored run with seed offset {offset} "
-            "to three decimals"
-            if drift < 0.0005
-            else f"This build is at most {drift:.3f} from the stored run "
-            f"with seed offset {offset} ({label[drift_key]})"
-        )
-        spread_words = (
-            f"the seeds' standard deviation is up to {spread:.3f} "
-            f"({label[spread_key]})"
-        )
-        if drift <= spread:
-            caption = f"{where} {gap}; {spread_words}."
+        if a.before is None:
+            caption = (
+                f"{where} Seed offset {offset} has no stored run to "
+                "reproduce."
+            )
         else:
-            caption = where
-            note = _admonition(
-                "warning",
-                "seed-drift",
-                f"{gap}, more than the seeds differ from each other "
-                f"({spread_words}). The two machines' arithmetic differs "
-                "by more than a change of seed would; read the mean and "
-                "spread with that in mind, and rerun the seeds on this "
-                "machine to compare like with like.",
+            spread, spread_key = a.spread
+            since = (
+                f"{', '.join(a.changed)} changed since these runs; "
+                if a.changed
+                else ""
+            )
+            caption = (
+                f"{where} {since[:1].upper()}{since[1:]}this build "
+                f"{a.reproduction()}; the seeds' standard deviation is up "
+                f"to {spread:.3f} ({label[spread_key]})."
             )
 
     # How each claim fared in each run, recorded for the book's evidence

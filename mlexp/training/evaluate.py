@@ -1,11 +1,17 @@
-"""Bits per character: one score for language models with any tokenizer.
+"""Scores of a trained language model beyond its training loss: bits per
+character, and the loss at each position of a window.
 
+Bits per character is one score for language models with any tokenizer.
 A loss per token cannot compare tokenizers: a model that reads whole words
 predicts fewer, harder tokens than one that reads characters, and its loss
 per token is higher even when it models the text better. What can be
 compared is how well each model predicts the *same text*: its total
 negative log-likelihood, in bits, divided by the number of characters.
 (Chapter 2 introduced it.)
+
+The loss by position (Chapter 3, used again in Chapter 4) shows how much a
+model gains from each extra token of context, and whether it still predicts
+past the length it was trained on.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from torch import Tensor
 
 from .precision import arithmetic
 
-__all__ = ["bits_per_char", "total_nll"]
+__all__ = ["bits_per_char", "loss_by_position", "total_nll"]
 
 
 def _spans(n: int, block_size: int, stride: int) -> list[tuple[int, int]]:
@@ -126,3 +132,42 @@ def bits_per_char(
     n_chars = len(text) - len(tokenizer.decode(ids[:1]))
     nats = total_nll(model, ids, block_size, batch_size, stride)
     return nats / math.log(2) / n_chars
+
+
+@torch.no_grad()
+def loss_by_position(
+    model: nn.Module,
+    ids: Tensor,
+    length: int,
+    positions: Tensor | None = None,
+    batch_size: int = 64,
+) -> Tensor:
+    """Mean next-token loss at each position of a window, shape (length,).
+
+    The text is cut into every non-overlapping window of ``length`` tokens;
+    entry p is the loss on the token after position p, averaged over all
+    windows, so position 0 predicts from one token and the last position
+    from ``length``, and the curve's mean is the loss on the whole text.
+    Any model ``train_lm`` trains will do; ``positions`` replaces 0, 1, 2,
+    ... for a model whose ``forward`` takes them (Chapter 3's
+    ``PositionalLM``: clamped positions for a learned table, say).
+    """
+    n = (len(ids) - 1) // length
+    if n < 1:
+        raise ValueError(
+            f"{len(ids):,} tokens hold no window of {length + 1}; pass a "
+            "longer text or a shorter length"
+        )
+    model.eval()
+    device = next(model.parameters()).device
+    extra = {} if positions is None else {"positions": positions}
+    # (n * length + 1,) -> inputs and targets, (n, length) each
+    x = ids[: n * length].view(n, length).to(device)
+    y = ids[1 : n * length + 1].view(n, length).to(device)
+    total = torch.zeros(length, dtype=torch.float64, device=device)
+    for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
+        logits, _ = model(xb, **extra)
+        # (B, length, vocab) -> (B, vocab, length): a loss per token
+        loss = F.cross_entropy(logits.transpose(1, 2), yb, reduction="none")
+        total += loss.sum(dim=0).double()
+    return (total / n).cpu()

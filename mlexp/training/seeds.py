@@ -55,8 +55,8 @@ def manual_seed(seed: int) -> torch.Generator:
 
 
 def in_seed_run() -> bool:
-    """True while :mod:`mlexp.seedruns` executes a chapter to collect its
-    values.
+    """True while :mod:`mlexp.evidence.seedruns` executes a chapter to
+    collect its values.
 
     A seed run gathers numbers; it does not read or judge the stored seed
     data, which it is about to replace.
