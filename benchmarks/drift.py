@@ -66,11 +66,11 @@ def main() -> None:
     }
     print(f"Chapter 1's model, {args.steps} steps; tolerance {REPRODUCTION_TOLERANCE}")
     print(f"{'setting':28s} {'val loss':>9s} {'distance':>9s}")
-    print(f"{'reference':28s} {reference["val"]:9.6f} "
+    print(f"{'reference':28s} {reference['val']:9.6f} "
           f"{'':>9s}  ({reference['capability']}, {reference['threads']} threads)")
     for name, result in settings.items():
         distance = abs(result["val"] - reference["val"])
-        print(f"{name:28s} {result["val"]:9.6f} {distance:9.6f}  "
+        print(f"{name:28s} {result['val']:9.6f} {distance:9.6f}  "
               f"({result['capability']}, {result['threads']} threads)")
 
 

@@ -5,7 +5,8 @@
 - every job has a timeout;
 - the workflow token is read-only by default: only the Pages deploy job (pages, id-token)
   and the seed-runs merge job (contents, pull-requests) may write;
-- no run: script writes an untrusted expression into the shell (inputs go through env:).
+- no run: script writes an untrusted expression into the shell (inputs go through env:);
+- the weekly cold build restores no execution cache and names no cache folder.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def ids(paths):
 
 
 def test_the_workflows_exist():
-    assert {p.name for p in WORKFLOWS} >= {"test.yml", "pages.yml", "seed-runs.yml"}
+    assert {p.name for p in WORKFLOWS} >= {"test.yml", "pages.yml", "seed-runs.yml", "cold-build.yml"}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=ids(WORKFLOWS))
@@ -137,3 +138,24 @@ def test_one_torch_version_everywhere():
     binder = (ROOT / "binder" / "requirements.txt").read_text().split()
     assert f"torch=={version}+cpu" in binder
     assert "../requirements.txt" in binder  # Binder reuses the book's own requirements
+
+
+def test_the_cold_build_runs_weekly_from_scratch():
+    """A cache must never hide a chapter that no longer runs from scratch: once a week (and by
+    hand) the book is built with no execution cache, then tested."""
+    path = ROOT / ".github" / "workflows" / "cold-build.yml"
+    doc = load(path)
+    assert [entry["cron"] for entry in doc["on"]["schedule"]], "no cron schedule"
+    assert "workflow_dispatch" in doc["on"]
+    steps = [step for _, step in steps_of(doc)]
+    settings = [doc.get("env", {}), *(job.get("env", {}) for job in doc["jobs"].values()),
+                *(step.get("env", {}) for step in steps), *(step.get("run", "") for step in steps)]
+    named = [setting for setting in settings if "MLEXP_EXECUTION_CACHE" in str(setting)]
+    assert not named, f"the cold build must name no cache folder: {named}"
+    for step in steps:
+        if step.get("uses", "").startswith("actions/cache@"):
+            assert "jupyter" not in str(step["with"]["path"]) + step["with"]["key"], step["name"]
+    scripts = [step.get("run", "") for step in steps]
+    build = [i for i, run in enumerate(scripts) if "jupyter-book build book/ -W --keep-going" in run]
+    tests = [i for i, run in enumerate(scripts) if run.strip() == "python -m pytest"]
+    assert build and tests and build[0] < tests[0], "README command 1, then the tests"

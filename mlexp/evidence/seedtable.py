@@ -82,18 +82,14 @@ PROVENANCE_KEY = "seed_provenance"
 CHECK_KEY = "seed_check"
 
 #: How far, on any row, this build's run may lie from the stored run of its
-#: seed offset and still reproduce it. The drift it must absorb is that
-#: between machines running the same code: other instruction sets take
-#: other kernel paths and change the last digits of a training run. Measured
-#: (README, "Seed runs"): an AMD EPYC with AVX2 against an Intel Xeon with
-#: AVX-512 and an EPYC with AVX-512, and this EPYC with PyTorch's vectorized
-#: kernels switched off (``benchmarks/drift.py``), at most 0.006 on any row
-#: of Chapters 1 to 4, where the seeds' own standard deviations reach 0.02
-#: to 0.09. A change of the experiment moves its numbers by far more: one
-#: more tenth of the training steps moves Chapter 1's losses by several
-#: hundredths. Rows are losses in nats, bits per character, fractions and
-#: ratios of order one, and exact counts, so one absolute bound serves them
-#: all.
+#: seed offset and still reproduce it. It must absorb the drift between
+#: machines running the same code (other instruction sets take other kernel
+#: paths and change the last digits of a training run) and stay well below
+#: the seeds' own spread, so that a change of the experiment (its steps,
+#: data, model or recipe) moves a run beyond it. The measurements it rests
+#: on are in the README ("Seed runs") and ``benchmarks/drift.py``. Rows are
+#: losses in nats, bits per character, fractions and ratios of order one,
+#: and exact counts, so one absolute bound serves them all.
 REPRODUCTION_TOLERANCE = 0.01
 
 KIND_NAMES = {
