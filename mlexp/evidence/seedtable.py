@@ -188,15 +188,21 @@ def _no_runs_of_this_kind(
     )
 
 
-def _numbers(values: list[float]) -> Callable[[float], str]:
+def _numbers(
+    values: list[float], signed: bool = False
+) -> Callable[[float], str]:
     """How a row prints its values: as integers where every value is a
-    whole number (a count of bytes, say), else to three decimals."""
+    whole number (a count of bytes, say), else to three decimals; with a
+    sign for a difference."""
+    sign = "+" if signed else ""
     if all(float(v).is_integer() for v in values):
-        return lambda v: f"{v:,.0f}"
-    return lambda v: f"{v:.3f}"
+        return lambda v: f"{v:{sign},.0f}"
+    return lambda v: f"{v:{sign}.3f}"
 
 
-def _row(label: str, column: list[float], this: float) -> list[str]:
+def _row(
+    label: str, column: list[float], this: float, signed: bool = False
+) -> list[str]:
     """One row's cells after its label: this page's value, the summary
     over seeds, each seed's value.
 
@@ -206,7 +212,7 @@ def _row(label: str, column: list[float], this: float) -> list[str]:
     decimals.
     """
     n = len(column)
-    number = _numbers(column)
+    number = _numbers(column, signed)
     if label.endswith("?"):
         word = {1.0: "yes", 0.0: "no"}
         yes = sum(v == 1.0 for v in column)
@@ -225,7 +231,7 @@ def _row(label: str, column: list[float], this: float) -> list[str]:
             else f"{mean:,.1f} ± {sd:,.1f}"
         )
     else:
-        summary = f"{mean:.3f} ± {sd:.3f}"
+        summary = f"{number(mean)} ± {sd:.3f}"
     return [number(this), summary, " / ".join(number(v) for v in column)]
 
 
@@ -233,6 +239,7 @@ def _table(
     rows: Mapping[str, str],
     runs: Mapping[int, Mapping[str, float]],
     offset: int,
+    differences: Mapping[str, tuple[str, str]],
 ) -> str:
     offsets = sorted(runs)
     n = len(offsets)
@@ -245,6 +252,13 @@ def _table(
     for label, key in rows.items():
         column = [runs[o][key] for o in offsets]
         cells = _row(label, column, runs[offset][key])
+        lines.append(f"| {label} | {' | '.join(cells)} |")
+    # A difference is taken within each run, so its spread is the one a
+    # claim about the difference must clear.
+    for label, (a, b) in differences.items():
+        column = [runs[o][a] - runs[o][b] for o in offsets]
+        this = runs[offset][a] - runs[offset][b]
+        cells = _row(label, column, this, signed=True)
         lines.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
@@ -429,6 +443,7 @@ def seed_section(
     current: Mapping[str, float],
     claims: Claims | None = None,
     device: str | torch.device | None = None,
+    differences: Mapping[str, tuple[str, str]] | None = None,
 ) -> SeedSection | None:
     """Build a chapter's seed table and check its claims; ``None`` in a seed
     run.
@@ -438,6 +453,11 @@ def seed_section(
     ``<chapter>.seeds.json`` lives. ``rows`` maps each row label to a glue
     key, ``current`` holds this page's value of every key, and ``claims``
     maps each sentence the chapter states to a test of one run's values.
+
+    ``differences`` maps a row label to two keys ``(a, b)``: a paired row
+    showing a - b within each run (a removal minus the full model, say),
+    with its mean and standard deviation over seeds. It is computed from
+    the rows' values, so stored runs fill it without a rerun.
     """
     device = default_device(device)
     local = pathlib.Path(notebook).name
@@ -469,7 +489,7 @@ def seed_section(
         stored = []
     a = assess(here, rows, current, stored, offset)
     label = {key: name for name, key in rows.items()}
-    table = _table(rows, a.runs, offset)
+    table = _table(rows, a.runs, offset, differences or {})
     # Which machines made the numbers, what changed since and how closely
     # this build reproduced them go in the table's caption; what a reader
     # must act on (no comparable runs, stale data) in an admonition below.

@@ -1,0 +1,64 @@
+"""The seed table prints each kind of row as a reader reads it: counts as integers, yes/no rows
+as counts of seeds, paired differences with their own spread."""
+
+import json
+
+import pytest
+import torch
+
+import mlexp
+from mlexp.evidence import provenance
+
+ROWS = {
+    "validation loss, A": "loss_a",
+    "validation loss, B": "loss_b",
+    "cache bytes per token": "cache",
+    "same tokens with and without the cache?": "same",
+}
+STORED = {
+    1: {"loss_a": 1.80, "loss_b": 1.90, "cache": 4096.0, "same": 1.0},
+    2: {"loss_a": 1.70, "loss_b": 1.85, "cache": 4096.0, "same": 1.0},
+}
+THIS = {"loss_a": 1.75, "loss_b": 1.80, "cache": 4096.0, "same": 1.0}
+
+
+@pytest.fixture
+def chapter(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLEXP_SEED_RUN", raising=False)
+    monkeypatch.delenv("MLEXP_SEED_OFFSET", raising=False)
+    here = {"fingerprint": provenance.fingerprint("chapter.ipynb"),
+            "machine": provenance.machine(torch.device("cpu"))}
+    runs = [{"offset": o, "values": v, "provenance": here} for o, v in STORED.items()]
+    (tmp_path / "chapter.seeds.json").write_text(json.dumps({"runs": runs}))
+    return tmp_path
+
+
+def rows_of(markdown: str) -> dict[str, list[str]]:
+    lines = [line for line in markdown.splitlines() if line.startswith("| ")][1:]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    return {row[0]: row[1:] for row in cells}
+
+
+def test_counts_yes_no_rows_and_paired_differences(chapter):
+    seeds = mlexp.seed_section("book/part1/chapter.ipynb", ROWS, THIS,
+                               differences={"B minus A": ("loss_b", "loss_a")})
+    table = rows_of(seeds.markdown)
+    assert table["validation loss, A"] == ["1.750", "1.750 ± 0.050", "1.750 / 1.800 / 1.700"]
+    # not "4096.000 ± 0.000"
+    assert table["cache bytes per token"] == ["4,096", "4,096 in every seed", "4,096 / 4,096 / 4,096"]
+    assert table["same tokens with and without the cache?"] == ["yes", "yes in 3 of 3", "yes / yes / yes"]
+    # within each run: +0.050, +0.100, +0.150; their spread, not each loss's
+    assert table["B minus A"] == ["+0.050", "+0.100 ± 0.050", "+0.050 / +0.100 / +0.150"]
+
+
+def test_a_no_is_counted_not_averaged(chapter):
+    seeds = mlexp.seed_section("book/part1/chapter.ipynb", ROWS, {**THIS, "same": 0.0})
+    assert rows_of(seeds.markdown)["same tokens with and without the cache?"] == [
+        "no", "yes in 2 of 3", "no / yes / yes"]
+
+
+def test_counts_that_differ_between_seeds_keep_their_spread(chapter):
+    seeds = mlexp.seed_section("book/part1/chapter.ipynb", ROWS, {**THIS, "cache": 2048.0})
+    assert rows_of(seeds.markdown)["cache bytes per token"] == [
+        "2,048", "3,413.3 ± 1,182.4", "2,048 / 4,096 / 4,096"]
