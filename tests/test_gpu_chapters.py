@@ -30,6 +30,10 @@ def test_drift_and_spread_cover_only_the_seed_tables_rows(tmp_path):
     assert row["drift"] == pytest.approx(0.02) and row["drift_key"] == "abl_no_position"
     assert row["spread_key"] == "abl_full" and row["spread"] == pytest.approx(0.0306, abs=1e-4)
     assert row["within_spread"] and row["stored_machine"] == "a CPU"
+    # 0.02 is inside the seeds' spread but not a reproduction: the page would call it stale
+    assert not row["reproduces"]
+    row = gpu_chapters.compare(notebook, run(0, 1.745, 2.074, name="NVIDIA H200"))
+    assert row["reproduces"] and row["drift"] == pytest.approx(0.005)
 
 
 def test_runs_without_recorded_rows_are_refused(tmp_path):
