@@ -1,8 +1,9 @@
 """Say in the build log when a page's stored seed runs no longer match its own run.
 
-A chapter marks its seed table with the class ``stale-seed-data`` when this build's values
-differ from the stored ones (another machine, or changed code). The page shows that
-warning to readers; this extension repeats it in the build log. It is a notice, not a
+A chapter marks its seed table with the class ``stale-seed-data`` when this build does not
+reproduce the stored run of its seed offset (a changed experiment), or the corpus or the
+table's rows changed. The page shows that warning to readers; this extension repeats it, with
+the rows that moved, in the build log. It is a notice, not a
 Sphinx warning: a build on different hardware must still publish.
 """
 
