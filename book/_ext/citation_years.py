@@ -5,12 +5,15 @@ papers and "Mikolov et al., 2013" for both word2vec papers, so a reader cannot t
 a sentence means. Author-year styles (APA, Chicago, natbib) add a letter to the year of every
 work whose printed author and year coincide; this extension does the same, once the
 bibliography is parsed and before any page cites it, so the citation and the bibliography
-entry both read "2023a". The letters follow the titles' alphabetical order. Nothing is
-written into ``references.bib``: a work added later re-letters its group on the next build.
+entry both read "2023a". The letters follow the order of publication, as those styles ask:
+the arXiv identifier (year, month, then number) where the entry links one, the title for
+entries without. Nothing is written into ``references.bib``: a work added later re-letters its
+group on the next build.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import pybtex.plugin
@@ -30,8 +33,17 @@ def printed_authors(entry) -> tuple[str, ...]:
     return last if len(last) <= 2 else (last[0], "et al.")
 
 
-def title_order(entry) -> str:
-    return str(entry.fields.get("title", "")).replace("{", "").replace("}", "").lower()
+#: An arXiv identifier (YYMM.NNNNN) in an entry's url, eprint or journal field.
+ARXIV_ID = re.compile(r"\b(\d{4}\.\d{4,5})\b")
+
+
+def publication_order(entry) -> tuple[str, str]:
+    """Sort key for entries printed alike: the arXiv identifier, which grows with the date of
+    first release, then the title; an entry without one comes after those with one."""
+    fields = " ".join(str(entry.fields.get(f, "")) for f in ("eprint", "url", "journal"))
+    found = ARXIV_ID.search(fields)
+    title = str(entry.fields.get("title", "")).replace("{", "").replace("}", "").lower()
+    return (found.group(1) if found else "~", title)
 
 
 def letter_years(entries) -> dict[str, str]:
@@ -46,7 +58,7 @@ def letter_years(entries) -> dict[str, str]:
         if len(keys) == 1:
             years[keys[0]] = year
             continue
-        ordered = sorted(keys, key=lambda k: title_order(entries[k]))
+        ordered = sorted(keys, key=lambda k: publication_order(entries[k]))
         for letter, key in zip("abcdefghijklmnopqrstuvwxyz", ordered):
             years[key] = f"{year}{letter}"
     return years
