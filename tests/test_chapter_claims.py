@@ -25,6 +25,8 @@ SEED_1 = [1.80, 2.08, 2.49, 1.88, 1.76, 3.36]
 SEED_2 = [1.76, 2.08, 2.49, 1.84, 1.73, 3.36]
 # The unigram and bigram losses of the training text's counts, on the validation text.
 BASELINES = {"unigram_loss": 3.347, "bigram_loss": 2.482}
+# The ablation's training steps, which the seed summary names.
+STEPS = {"ABLATION_STEPS": 150}
 THIS_CPU = "Intel(R) Xeon(R) Platinum (AVX512)"
 OTHER_CPU = "AMD EPYC 7763 64-Core Processor (AVX2)"
 
@@ -63,7 +65,7 @@ def stored_run(offset, values, machine_name=THIS_CPU, kind="fp32", **changes):
 
 def run_seed_section(chapter_dir, monkeypatch, this_run: list[float], stored: list[dict]) -> dict:
     """Execute the chapter's seed-section cell with this run's ablation and stored seed runs."""
-    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, this_run)), **BASELINES}
+    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, this_run)), **BASELINES, **STEPS}
     # Only the definitions of ABLATION_KEYS and PART are needed from the ablation's glue cell.
     exec(ablation_definitions(), namespace)
     seedruns.write_atomic(chapter_dir / "chapter01.seeds.json", {"notebook": NOTEBOOK.name, "runs": stored})
@@ -85,7 +87,10 @@ def three_seeds(first=TYPICAL, **kw):
 def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatch):
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds())
     rows = table_rows(glued["seed_table"])
-    assert len(rows) == 6 and rows[0] == ["full model", "1.740", "1.767 ± 0.031", "1.740 / 1.800 / 1.760"]
+    assert len(rows) == 11 and rows[0] == ["full model", "1.740", "1.767 ± 0.031", "1.740 / 1.800 / 1.760"]
+    # Below the losses, each removal's cost within each run, with that cost's own spread.
+    assert [r[0] for r in rows[6:]] == [f"{v} − full model" for v in VARIANTS[1:]]
+    assert rows[6] == ["no position − full model", "+0.330", "+0.310 ± 0.026", "+0.330 / +0.280 / +0.320"]
     assert "stale" not in glued["seed_table"] and "seed-drift" not in glued["seed_table"]
     # Which machine made the numbers is the table's caption, not a sentence of the prose.
     caption = glued["seed_table"].splitlines()[0]
@@ -248,7 +253,7 @@ def test_a_seed_run_records_its_fingerprint_and_machine(chapter_dir, monkeypatch
     monkeypatch.setenv("MLEXP_SEED_RUN", "1")
     glued = {}
     monkeypatch.setattr(mlexp.evidence.seedtable, "glue", lambda name, value: glued.__setitem__(name, value))
-    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, TYPICAL)), **BASELINES}
+    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, TYPICAL)), **BASELINES, **STEPS}
     exec(ablation_definitions(), namespace)
     exec(cell_with("mlexp.seed_section("), namespace)
     recorded = json.loads(glued["seed_provenance"])
@@ -266,7 +271,7 @@ def test_a_chapter_without_seed_data_yet_shows_its_own_run(chapter_dir, monkeypa
         raise OSError("no network")
 
     monkeypatch.setattr("urllib.request.urlopen", offline)
-    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, TYPICAL)), **BASELINES}
+    namespace = {"mlexp": mlexp, "ablation": dict(zip(VARIANTS, TYPICAL)), **BASELINES, **STEPS}
     exec(ablation_definitions(), namespace)
     glued = {}
     monkeypatch.setattr(mlexp, "glue_md", lambda name, text: glued.__setitem__(name, text))

@@ -77,7 +77,8 @@ def test_a_chapter_runs_its_setup_and_seed_section_outside_the_checkout(tmp_path
         mlexp.glue_md = lambda name, text: shown.__setitem__(name, text)
         values = {seed_0!r}
         namespace = {{"mlexp": mlexp, "unigram_loss": values["unigram_loss"],
-                     "bigram_loss": values["bigram_loss"]}}
+                     "bigram_loss": values["bigram_loss"],
+                     "ABLATION_STEPS": values["ablation_steps"]}}
         exec({glue_defs!r}, namespace)
         namespace["ablation"] = {{
             name: values[key] for name, key in namespace["ABLATION_KEYS"].items()
