@@ -128,6 +128,7 @@ def test_a_run_that_does_not_reproduce_makes_the_data_stale_naming_the_rows(chap
     ({"code": "0" * 64}, "The chapter's code cells changed"),
     ({"mlexp": "0" * 64}, "The mlexp library changed"),
     ({"torch": "2.4.0"}, "The PyTorch version (2.4.0 then, " + torch.__version__ + " now) changed"),
+    ({"code": "0" * 64, "mlexp": "0" * 64}, "The chapter's code cells and the mlexp library changed"),
 ])
 def test_changed_code_that_reproduces_the_runs_keeps_them_current(chapter_dir, monkeypatch, changed, words):
     """The old rule called these stale on the hash alone; the numbers show the same experiment."""

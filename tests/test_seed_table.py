@@ -62,3 +62,11 @@ def test_counts_that_differ_between_seeds_keep_their_spread(chapter):
     seeds = mlexp.seed_section("book/part1/chapter.ipynb", ROWS, {**THIS, "cache": 2048.0})
     assert rows_of(seeds.markdown)["cache bytes per token"] == [
         "2,048", "3,413.3 ± 1,182.4", "2,048 / 4,096 / 4,096"]
+
+
+def test_what_changed_reads_as_a_sentence():
+    from mlexp.evidence.seedtable import in_words
+
+    assert in_words(["the code"]) == "the code"
+    assert in_words(["the code", "the library"]) == "the code and the library"
+    assert in_words(["a", "b", "c"]) == "a, b and c"

@@ -132,8 +132,8 @@ class ChapterEvidence:
             )
         if a.changed:
             return (
-                f"{', '.join(a.changed)} changed since the stored runs "
-                "were made, and this build reproduces them"
+                f"{seedtable.in_words(a.changed)} changed since the stored "
+                "runs were made, and this build reproduces them"
             )
         return (
             "the stored runs were made with this build's code, library, "

@@ -65,6 +65,7 @@ __all__ = [
     "SeedSection",
     "assess",
     "changed_ingredients",
+    "in_words",
     "claim_results",
     "load_stored_runs",
     "machine_names",
@@ -139,6 +140,13 @@ def machine_names(runs: list[dict]) -> str:
         {machine_of(r).get("name", "an unrecorded machine") for r in runs}
     )
     return " and ".join(names)
+
+
+def in_words(items: list[str]) -> str:
+    """A list as a sentence says it: "a", "a and b", "a, b and c"."""
+    if len(items) < 2:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def changed_ingredients(
@@ -392,7 +400,7 @@ def assess(
             )
     elif changed and own:
         stale_because.append(
-            f"{', '.join(changed)} changed and no stored run has seed "
+            f"{in_words(changed)} changed and no stored run has seed "
             f"offset {offset} to reproduce"
         )
     return Assessment(
@@ -532,7 +540,7 @@ def seed_section(
         else:
             spread, spread_key = a.spread
             since = (
-                f"{', '.join(a.changed)} changed since these runs; "
+                f"{in_words(a.changed)} changed since these runs; "
                 if a.changed
                 else ""
             )
