@@ -46,6 +46,7 @@ __all__ = [
     "LearnedPosition",
     "RoPE",
     "ALiBi",
+    "alibi_slopes",
     "ntk_base",
     "PositionalAttention",
     "PositionalLM",
@@ -195,22 +196,39 @@ class RoPE(Position):
         )
 
 
+def alibi_slopes(n_heads: int) -> list[float]:
+    """ALiBi's slope for each of ``n_heads`` heads, by the rule of the
+    paper's code: geometric from 2^(-8 / n) for n a power of two; else the
+    closest power of two below, then every other slope of the next one."""
+    below = 2 ** int(math.log2(n_heads))
+    start = 2.0 ** (-8.0 / below)
+    slopes = [start ** (h + 1) for h in range(below)]
+    if below < n_heads:
+        slopes += alibi_slopes(2 * below)[0::2][: n_heads - below]
+    return slopes
+
+
 class ALiBi(Position):
     """Attention with linear biases (Press et al.): each head subtracts
     m * distance from its scores, m a fixed slope per head.
 
-    The slopes are geometric, starting at 2^(-8 / n_heads) with that ratio:
-    for 4 heads 1/4, 1/16, 1/64, 1/256. Steep heads look at neighbours,
-    gentle ones further back.
+    For a power of two n_heads the slopes are geometric, starting at
+    2^(-8 / n_heads) with that ratio: for 4 heads 1/4, 1/16, 1/64, 1/256.
+    Steep heads look at neighbours, gentle ones further back. For other
+    head counts the paper's code takes the slopes of the closest power of
+    two below, then every other slope of the next power of two (6 heads:
+    4 heads' slopes, then 1/2 and 1/8), so the slopes still spread evenly.
     """
 
     def __init__(self, n_heads: int):
         super().__init__()
-        start = 2.0 ** (-8.0 / n_heads)
+        if n_heads < 1:
+            raise ValueError(
+                f"n_heads={n_heads}: ALiBi gives each head a slope; pass "
+                "at least one head"
+            )
         self.register_buffer(
-            "slopes",
-            torch.tensor([start ** (h + 1) for h in range(n_heads)]),
-            persistent=False,
+            "slopes", torch.tensor(alibi_slopes(n_heads)), persistent=False
         )
 
     def score_bias(self, positions: Tensor) -> Tensor:

@@ -186,9 +186,20 @@ def test_stretching_must_stretch():
         Sinusoidal(7)
 
 
-def test_alibi_slopes_are_geometric_from_the_paper():
+def test_alibi_slopes_follow_the_papers_rule_for_any_head_count():
+    """Powers of two: geometric from 2^(-8/n). Others: the closest power of two below, then every
+    other slope of the next power of two (the rule of the paper's code)."""
     assert ALiBi(4).slopes.tolist() == [1 / 4, 1 / 16, 1 / 64, 1 / 256]
     assert ALiBi(8).slopes.tolist() == [2.0**-k for k in range(1, 9)]
+    assert ALiBi(6).slopes.tolist() == [2.0**-k for k in (2, 4, 6, 8, 1, 3)]
+    twelve = ALiBi(12).slopes.tolist()
+    assert twelve[:8] == [2.0**-k for k in range(1, 9)]
+    assert twelve[8:] == pytest.approx([2.0 ** -(k / 2) for k in (1, 3, 5, 7)], rel=1e-6)
+
+
+def test_alibi_without_heads_says_what_to_do():
+    with pytest.raises(ValueError, match="at least one head"):
+        ALiBi(0)
 
 
 def test_alibi_attention_subtracts_slope_times_distance():
