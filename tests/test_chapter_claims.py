@@ -95,7 +95,7 @@ def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatc
     # Which machine made the numbers is the table's caption, not a sentence of the prose.
     caption = glued["seed_table"].splitlines()[0]
     assert caption.startswith("```{table} ") and f"Stored runs and this page made on {THIS_CPU}." in caption
-    assert "this build reproduces the stored run with seed offset 0 to 0.000 (tolerance 0.01)" in caption
+    assert "this build reproduces the stored run with seed offset 0 to three decimals (tolerance 0.01)" in caption
     assert "held in all 3 seeds" in glued["seed_summary"] and "in 3 of 3 seeds" in glued["seed_summary"]
 
 
@@ -106,7 +106,7 @@ def test_another_cpu_within_the_spread_is_no_warning(chapter_dir, monkeypatch):
     note = glued["seed_table"]
     assert "warning" not in note and "stale" not in note
     assert f"made on {OTHER_CPU}" in note and f"built on {THIS_CPU}" in note
-    assert "reproduces the stored run with seed offset 0 to 0.006" in note
+    assert "reproduces the stored run with seed offset 0 to within 0.006" in note
     assert "the seeds' standard deviation is up to 0.028 (full model)" in note.splitlines()[0]
     # One number per seed: this page's run is seed 0's entry, and the mean uses it.
     rows = table_rows(note)
@@ -135,7 +135,7 @@ def test_changed_code_that_reproduces_the_runs_keeps_them_current(chapter_dir, m
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(**changed))
     note = glued["seed_table"]
     assert "stale" not in note
-    assert f"{words} since these runs; this build reproduces the stored run with seed offset 0 to 0.000" in note
+    assert f"{words} since these runs; this build reproduces the stored run with seed offset 0 to three decimals" in note
     assert "held in all 3 seeds" in glued["seed_summary"]
 
 

@@ -70,3 +70,22 @@ def test_what_changed_reads_as_a_sentence():
     assert in_words(["the code"]) == "the code"
     assert in_words(["the code", "the library"]) == "the code and the library"
     assert in_words(["a", "b", "c"]) == "a, b and c"
+
+
+def test_the_caption_quotes_the_largest_spread_of_any_row_shown(tmp_path, monkeypatch):
+    """Two losses that each vary little can differ by much more from seed to seed: the caption's
+    yardstick must be the difference's spread then."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLEXP_SEED_RUN", raising=False)
+    monkeypatch.delenv("MLEXP_SEED_OFFSET", raising=False)
+    here = {"fingerprint": provenance.fingerprint("chapter.ipynb"),
+            "machine": provenance.machine(torch.device("cpu"))}
+    stored = {0: {"loss_a": 1.0, "loss_b": 1.1}, 1: {"loss_a": 1.1, "loss_b": 1.0}}
+    runs = [{"offset": o, "values": v, "provenance": here} for o, v in stored.items()]
+    (tmp_path / "chapter.seeds.json").write_text(json.dumps({"runs": runs}))
+    rows = {"loss A": "loss_a", "loss B": "loss_b"}
+    seeds = mlexp.seed_section("book/part1/chapter.ipynb", rows, stored[0],
+                               differences={"B minus A": ("loss_b", "loss_a")})
+    caption = seeds.markdown.splitlines()[0]
+    assert "reproduces the stored run with seed offset 0 to three decimals" in caption
+    assert "standard deviation is up to 0.141 (B minus A)" in caption

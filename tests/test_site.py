@@ -141,9 +141,16 @@ def test_seed_table_one_number_per_seed(pages, name):
 def test_seed_table_has_every_variant(chapter):
     section = chapter.select_one("section#across-three-seeds")
     rows = [tr.select("td") for tr in section.select("table tbody tr")]
+    removals = ["no position", "no attention", "no feed-forward", "no normalization", "no residual"]
+    # each variant's loss, then each removal's cost paired within a seed (its loss minus the
+    # full model's), with the cost's own spread
     assert [r[0].get_text(strip=True) for r in rows] == [
-        "full model", "no position", "no attention", "no feed-forward", "no normalization", "no residual"]
+        "full model", *removals, *(f"{name} − full model" for name in removals)]
     assert all("±" in r[2].get_text() and r[3].get_text().count("/") == 2 for r in rows)
+    for loss, cost in zip(rows[1:6], rows[6:]):
+        paired = [float(a) - float(b) for a, b in zip(loss[3].get_text().split(" / "),
+                                                        rows[0][3].get_text().split(" / "))]
+        assert [float(c) for c in cost[3].get_text().split(" / ")] == pytest.approx(paired, abs=1.5e-3)
     # One number per seed: this page's run (offset 0) is the first of the seeds' entries.
     for r in rows:
         assert r[1].get_text(strip=True) == r[3].get_text(strip=True).split(" / ")[0]
