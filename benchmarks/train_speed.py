@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import mlexp
-from mlexp.training.train import _windows
+from mlexp.training.train import windows
 from mlexp.transformer import TransformerLM, WriteNothing
 
 BATCH, BLOCK = 32, 64  # train_lm's default batch size, the chapter's context
@@ -167,7 +167,7 @@ def loss_standard_error(model: TransformerLM, ids: torch.Tensor, windows: int = 
     """Standard error of a mean loss over ``windows`` random windows, as train_lm evaluates."""
     model.eval()
     starts = torch.randint(len(ids) - BLOCK, (windows,), generator=torch.Generator().manual_seed(7))
-    x, y = _windows(ids, starts, BLOCK)
+    x, y = windows(ids, starts, BLOCK)
     logits, _ = model(x)
     per_window = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(windows, BLOCK).mean(1)
     return per_window.std().item() / math.sqrt(windows)

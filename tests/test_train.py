@@ -156,3 +156,26 @@ def test_side_by_side_gives_each_model_its_own_text(corpus, two_threads):
     torch.set_num_threads(1)
     for name, (_, train, val) in splits.items():
         assert side_by_side[name]["val"] == mlexp.train_lm(build(name), train, val, **kwargs)["val"]
+
+
+def test_evaluation_starts_are_the_windows_train_lm_scores():
+    """A baseline scored on evaluation_starts' windows is scored on exactly the models' windows."""
+    import copy
+
+    import torch.nn.functional as F
+
+    from mlexp.training.train import evaluation_starts, windows
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 11, (3_000,))
+    train_ids, val_ids = ids[:2_500], ids[2_500:]
+    model = TransformerLM(11, dim=16, n_layers=1, n_heads=2)
+    untrained = copy.deepcopy(model)
+    history = mlexp.train_lm(model, train_ids, val_ids, steps=1, block_size=16, batch_size=4,
+                             eval_batches=3, log=False, device="cpu")
+    starts = evaluation_starts(train_ids, val_ids, 16, 3 * 4)["val"]
+    x, y = windows(val_ids, starts, 16)  # (12, 16) each
+    with torch.no_grad():
+        logits, _ = untrained(x)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten()).item()
+    assert history["val"][0] == pytest.approx(loss, rel=1e-5)

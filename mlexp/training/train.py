@@ -19,7 +19,7 @@ from torch import Tensor
 from .precision import arithmetic
 from .seeds import shifted
 
-__all__ = ["train_lm", "default_device"]
+__all__ = ["train_lm", "default_device", "evaluation_starts", "windows"]
 
 # Seeds of the two samplers, before the run's offset is added.
 BATCH_SEED = 1337
@@ -36,7 +36,7 @@ def default_device(
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _windows(
+def windows(
     ids: Tensor, starts: Tensor, block_size: int
 ) -> tuple[Tensor, Tensor]:
     """Inputs and next-token targets for windows starting at ``starts``: two
@@ -44,6 +44,29 @@ def _windows(
     # (B, block_size + 1), no copy of the corpus
     rows = ids.unfold(0, block_size + 1, 1)[starts]
     return rows[:, :-1], rows[:, 1:]
+
+
+def evaluation_starts(
+    train_ids: Tensor, val_ids: Tensor, block_size: int, n_windows: int
+) -> dict[str, Tensor]:
+    """Where ``train_lm``'s fixed evaluation windows start in each split,
+    ``{"train": (n_windows,), "val": (n_windows,)}``.
+
+    They depend only on the lengths and the run's seed offset, so a chapter
+    can score anything else (a counting baseline, say) on exactly the
+    windows its models were scored on.
+    """
+    generator = torch.Generator(device="cpu").manual_seed(
+        shifted(EVAL_SEED)
+    )
+    return {
+        "train": torch.randint(
+            len(train_ids) - block_size, (n_windows,), generator=generator
+        ),
+        "val": torch.randint(
+            len(val_ids) - block_size, (n_windows,), generator=generator
+        ),
+    }
 
 
 def _lr_at(
@@ -122,15 +145,11 @@ def train_lm(
     batch_gen = torch.Generator(device="cpu").manual_seed(
         shifted(BATCH_SEED)
     )
-    eval_gen = torch.Generator(device="cpu").manual_seed(shifted(EVAL_SEED))
-    n_eval = eval_batches * batch_size
     eval_starts = {
-        "train": torch.randint(
-            len(train_ids) - block_size, (n_eval,), generator=eval_gen
-        ).to(device),
-        "val": torch.randint(
-            len(val_ids) - block_size, (n_eval,), generator=eval_gen
-        ).to(device),
+        split: starts.to(device)
+        for split, starts in evaluation_starts(
+            train_ids, val_ids, block_size, eval_batches * batch_size
+        ).items()
     }
     splits = {"train": train_ids, "val": val_ids}
 
@@ -141,7 +160,7 @@ def train_lm(
         for split, starts in eval_starts.items():
             total = 0.0
             for chunk in starts.split(batch_size):
-                x, y = _windows(splits[split], chunk, block_size)
+                x, y = windows(splits[split], chunk, block_size)
                 _, loss = model(x, y, include_aux=False)
                 total += loss.item() * len(chunk)
             means[split] = total / len(starts)
@@ -180,7 +199,7 @@ def train_lm(
         starts = torch.randint(
             len(train_ids) - block_size, (batch_size,), generator=batch_gen
         ).to(device)
-        x, y = _windows(train_ids, starts, block_size)
+        x, y = windows(train_ids, starts, block_size)
         _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
