@@ -23,7 +23,7 @@ VARIANTS = ["full model", "no position", "no attention", "no feed-forward", "no 
 TYPICAL = [1.74, 2.07, 2.49, 1.85, 1.72, 3.35]  # a run in which every claim holds
 SEED_1 = [1.80, 2.08, 2.49, 1.88, 1.76, 3.36]
 SEED_2 = [1.76, 2.08, 2.49, 1.84, 1.73, 3.36]
-# The unigram and bigram losses of the training text's counts, on the validation text.
+# The unigram and bigram losses of the training text's counts, on the validation windows.
 BASELINES = {"unigram_loss": 3.347, "bigram_loss": 2.482}
 # The ablation's training steps, which the seed summary names.
 STEPS = {"ABLATION_STEPS": 150}
@@ -59,7 +59,7 @@ def stored_run(offset, values, machine_name=THIS_CPU, kind="fp32", **changes):
     fingerprint = {**provenance.fingerprint(NOTEBOOK.name), **changes}
     machine = {"kind": kind, "name": machine_name, "capability": "AVX2", "threads": 2}
     keys = ["abl_full", "abl_no_position", "abl_no_attention", "abl_no_ffn", "abl_no_norm", "abl_no_residual"]
-    return {"offset": offset, "values": dict(zip(keys, values)),
+    return {"offset": offset, "values": {**dict(zip(keys, values)), **BASELINES},
             "provenance": {"fingerprint": fingerprint, "machine": machine}}
 
 
@@ -87,10 +87,12 @@ def three_seeds(first=TYPICAL, **kw):
 def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatch):
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds())
     rows = table_rows(glued["seed_table"])
-    assert len(rows) == 11 and rows[0] == ["full model", "1.740", "1.767 ± 0.031", "1.740 / 1.800 / 1.760"]
-    # Below the losses, each removal's cost within each run, with that cost's own spread.
-    assert [r[0] for r in rows[6:]] == [f"{v} − full model" for v in VARIANTS[1:]]
-    assert rows[6] == ["no position − full model", "+0.330", "+0.310 ± 0.026", "+0.330 / +0.280 / +0.320"]
+    assert len(rows) == 13 and rows[0] == ["full model", "1.740", "1.767 ± 0.031", "1.740 / 1.800 / 1.760"]
+    # The counting baselines, scored on each run's own evaluation windows.
+    assert [r[0] for r in rows[6:8]] == ["unigram baseline", "bigram baseline"]
+    # Below them, each removal's cost within each run, with that cost's own spread.
+    assert [r[0] for r in rows[8:]] == [f"{v} − full model" for v in VARIANTS[1:]]
+    assert rows[8] == ["no position − full model", "+0.330", "+0.310 ± 0.026", "+0.330 / +0.280 / +0.320"]
     assert "stale" not in glued["seed_table"] and "seed-drift" not in glued["seed_table"]
     # Which machine made the numbers is the table's caption, not a sentence of the prose.
     caption = glued["seed_table"].splitlines()[0]
@@ -261,7 +263,8 @@ def test_a_seed_run_records_its_fingerprint_and_machine(chapter_dir, monkeypatch
     assert set(recorded["fingerprint"]) == set(provenance.INGREDIENTS)
     assert recorded["fingerprint"]["code"] != "unknown" and recorded["machine"]["name"] == THIS_CPU
     # The table's rows and the claims go with the run, for tools outside the chapter.
-    assert recorded["rows"] == namespace["ABLATION_KEYS"]
+    assert recorded["rows"] == namespace["SEED_ROWS"]
+    assert set(namespace["ABLATION_KEYS"].items()) < set(recorded["rows"].items())
     assert recorded["claims"] == list(namespace["claims"])
     assert namespace["seeds"] is None  # a seed run builds no table and judges nothing
 

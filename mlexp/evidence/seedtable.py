@@ -545,18 +545,16 @@ def seed_section(
         else:
             # The largest spread between seeds of any row the table shows,
             # paired differences included: the yardstick a reader compares.
-            spread, spread_label = max(
-                (a.spread[0], label[a.spread[1]]),
-                *(
-                    (
-                        seedstats.mean_sd(
-                            [v[x] - v[y] for v in a.stored_values.values()]
-                        )[1],
-                        name,
-                    )
-                    for name, (x, y) in (differences or {}).items()
-                ),
-            )
+            spreads = [(a.spread[0], label[a.spread[1]])] + [
+                (
+                    seedstats.mean_sd(
+                        [v[x] - v[y] for v in a.stored_values.values()]
+                    )[1],
+                    name,
+                )
+                for name, (x, y) in (differences or {}).items()
+            ]
+            spread, spread_label = max(spreads)
             since = (
                 f"{in_words(a.changed)} changed since these runs; "
                 if a.changed
