@@ -560,11 +560,12 @@ def seed_section(
                 if a.changed
                 else ""
             )
-            caption = (
-                f"{where} {since[:1].upper()}{since[1:]}this build "
-                f"{a.reproduction()}; the seeds' standard deviation is up "
-                f"to {spread:.3f} ({spread_label})."
+            sentence = (
+                f"{since}this build {a.reproduction()}; the seeds' "
+                f"standard deviation is up to {spread:.3f} "
+                f"({spread_label})."
             )
+            caption = f"{where} {sentence[0].upper()}{sentence[1:]}"
 
     # How each claim fared in each run, recorded for the book's evidence
     # page before the checks, so that the record of a failing build says
