@@ -142,12 +142,13 @@ def test_seed_table_has_every_variant(chapter):
     section = chapter.select_one("section#across-three-seeds")
     rows = [tr.select("td") for tr in section.select("table tbody tr")]
     removals = ["no position", "no attention", "no feed-forward", "no normalization", "no residual"]
-    # each variant's loss, then each removal's cost paired within a seed (its loss minus the
-    # full model's), with the cost's own spread
+    # each variant's loss, the two counting baselines on the same windows, then each removal's
+    # cost paired within a seed (its loss minus the full model's), with the cost's own spread
     assert [r[0].get_text(strip=True) for r in rows] == [
-        "full model", *removals, *(f"{name} − full model" for name in removals)]
+        "full model", *removals, "unigram baseline", "bigram baseline",
+        *(f"{name} − full model" for name in removals)]
     assert all("±" in r[2].get_text() and r[3].get_text().count("/") == 2 for r in rows)
-    for loss, cost in zip(rows[1:6], rows[6:]):
+    for loss, cost in zip(rows[1:6], rows[8:]):
         paired = [float(a) - float(b) for a, b in zip(loss[3].get_text().split(" / "),
                                                         rows[0][3].get_text().split(" / "))]
         assert [float(c) for c in cost[3].get_text().split(" / ")] == pytest.approx(paired, abs=1.5e-3)
