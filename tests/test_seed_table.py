@@ -22,15 +22,21 @@ STORED = {
 THIS = {"loss_a": 1.75, "loss_b": 1.80, "cache": 4096.0, "same": 1.0}
 
 
-@pytest.fixture
-def chapter(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def store_runs(folder, monkeypatch, stored: dict[int, dict[str, float]]) -> None:
+    """A chapter's folder with ``stored`` as its seed runs, made with this build's code, and the
+    kernel in it as a build (not a seed run) sees it."""
+    monkeypatch.chdir(folder)
     monkeypatch.delenv("MLEXP_SEED_RUN", raising=False)
     monkeypatch.delenv("MLEXP_SEED_OFFSET", raising=False)
     here = {"fingerprint": provenance.fingerprint("chapter.ipynb"),
             "machine": provenance.machine(torch.device("cpu"))}
-    runs = [{"offset": o, "values": v, "provenance": here} for o, v in STORED.items()]
-    (tmp_path / "chapter.seeds.json").write_text(json.dumps({"runs": runs}))
+    runs = [{"offset": o, "values": v, "provenance": here} for o, v in stored.items()]
+    (folder / "chapter.seeds.json").write_text(json.dumps({"runs": runs}))
+
+
+@pytest.fixture
+def chapter(tmp_path, monkeypatch):
+    store_runs(tmp_path, monkeypatch, STORED)
     return tmp_path
 
 
@@ -75,14 +81,8 @@ def test_what_changed_reads_as_a_sentence():
 def test_the_caption_quotes_the_largest_spread_of_any_row_shown(tmp_path, monkeypatch):
     """Two losses that each vary little can differ by much more from seed to seed: the caption's
     yardstick must be the difference's spread then."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLEXP_SEED_RUN", raising=False)
-    monkeypatch.delenv("MLEXP_SEED_OFFSET", raising=False)
-    here = {"fingerprint": provenance.fingerprint("chapter.ipynb"),
-            "machine": provenance.machine(torch.device("cpu"))}
     stored = {0: {"loss_a": 1.0, "loss_b": 1.1}, 1: {"loss_a": 1.1, "loss_b": 1.0}}
-    runs = [{"offset": o, "values": v, "provenance": here} for o, v in stored.items()]
-    (tmp_path / "chapter.seeds.json").write_text(json.dumps({"runs": runs}))
+    store_runs(tmp_path, monkeypatch, stored)
     rows = {"loss A": "loss_a", "loss B": "loss_b"}
     seeds = mlexp.seed_section("book/part1/chapter.ipynb", rows, stored[0],
                                differences={"B minus A": ("loss_b", "loss_a")})
