@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .training.seeds import shifted
-from .transformer import TransformerLM, apply_rope
+from .transformer import RMSNorm, TransformerLM, apply_rope
 
 __all__ = [
     "KVCache",
@@ -69,18 +69,23 @@ def _causal_mask(n_new: int, n_all: int, device: torch.device) -> Tensor:
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     """Causal attention of the last ``q.shape[-2]`` positions over all
-    ``k.shape[-2]`` keys (the earlier ones come from a cache)."""
+    ``k.shape[-2]`` keys (the earlier ones come from a cache).
+
+    Keys and values may have fewer heads than queries, as long as the
+    query heads divide into equal groups: query head ``i`` reads key/value
+    head ``i // (q heads / kv heads)``. PyTorch's ``enable_gqa`` path reads
+    the shared heads where they are, without copying them per query head.
+    """
     n_new, n_all = q.shape[-2], k.shape[-2]
+    shared = dict(scale=scale, enable_gqa=k.shape[1] != q.shape[1])
     if n_new == n_all:
         return F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, scale=scale
+            q, k, v, is_causal=True, **shared
         )
     if n_new == 1:  # the newest token sees every key
-        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, **shared)
     mask = _causal_mask(n_new, n_all, q.device)
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, scale=scale
-    )
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **shared)
 
 
 # --- Chapter 4, step 2: the key/value cache -------------------------------
@@ -185,11 +190,6 @@ class GroupedQueryAttention(nn.Module):
         v = self.v_proj(x).view(B, T, K, D).transpose(1, 2)
         return apply_rope(q, start), apply_rope(k, start), v
 
-    def _shared(self, t: Tensor) -> Tensor:
-        """Each key/value head serves n_heads // n_kv_heads query heads
-        in a row: (B, K, S, D) -> (B, H, S, D)."""
-        return t.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
-
     def forward(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
         start = len(self.cache) if self.cache is not None else 0
@@ -197,7 +197,8 @@ class GroupedQueryAttention(nn.Module):
         if self.cache is not None:
             # (B, K, start + T, D) each
             k, v = self.cache.append(k, v)
-        k, v = self._shared(k), self._shared(v)
+        # each group of n_heads // n_kv_heads query heads reads its shared
+        # key/value head in place
         y = _attend(q, k, v, scale=1 / math.sqrt(self.head_dim))
         # (B, H, T, D) -> (B, T, H * D)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
@@ -212,10 +213,14 @@ class GroupedQueryAttention(nn.Module):
         chapter can draw and measure them.
         """
         q, k, _ = self._heads(x, start=0)
-        T = x.shape[1]
-        # (B, H, T, D) @ (B, H, D, T) -> (B, H, T, T)
-        scores = q @ self._shared(k).transpose(-2, -1)
-        scores = scores / math.sqrt(self.head_dim)
+        B, H, T, D = q.shape
+        K = self.n_kv_heads
+        # query heads in groups, one per key/value head:
+        # (B, H, T, D) -> (B, K, H // K, T, D) @ (B, K, 1, D, T)
+        # -> (B, K, H // K, T, T) -> (B, H, T, T)
+        grouped = q.view(B, K, H // K, T, D)
+        scores = grouped @ k[:, :, None].transpose(-2, -1)
+        scores = scores.view(B, H, T, T) / math.sqrt(D)
         future = ~_causal_mask(T, T, x.device)
         return scores.masked_fill(future, float("-inf")).softmax(dim=-1)
 
@@ -234,7 +239,10 @@ class LatentAttention(nn.Module):
     Keys and values are not cached per head: each token's hidden state is
     compressed into one latent ``c = W_DKV h`` of width ``latent_dim``
     (d_c), and every head's key and value are up-projected from it
-    (``W_UK c``, ``W_UV c``). Only the latent is cached. RoPE cannot act
+    (``W_UK c``, ``W_UV c``). Only the latent is cached. As in DeepSeek's
+    released code (``kv_a_layernorm`` in ``modeling_deepseek.py``), the
+    latent is RMS-normalized before it is cached and up-projected, which
+    keeps its scale steady whatever ``W_DKV`` learns. RoPE cannot act
     on those keys, because a position-dependent rotation between the
     query and ``W_UK`` would stop ``W_UK`` from being folded into the
     query; so position travels in a separate, decoupled key ``W_KR h`` of
@@ -286,6 +294,7 @@ class LatentAttention(nn.Module):
         self.w_q = nn.Linear(dim, n_heads * head_dim, bias=False)
         self.w_qr = nn.Linear(dim, n_heads * rope_dim, bias=False)
         self.w_dkv = nn.Linear(dim, latent_dim, bias=False)
+        self.latent_norm = RMSNorm(latent_dim)
         self.w_uk = nn.Linear(latent_dim, n_heads * head_dim, bias=False)
         self.w_uv = nn.Linear(latent_dim, n_heads * head_dim, bias=False)
         self.w_kr = nn.Linear(dim, rope_dim, bias=False)
@@ -303,7 +312,7 @@ class LatentAttention(nn.Module):
             self.w_qr(x).view(B, T, H, R).transpose(1, 2), start
         )
         # what is cached: (B, T, d_c) and the rotated key (B, T, R)
-        latent = self.w_dkv(x)
+        latent = self.latent_norm(self.w_dkv(x))
         k_rope = apply_rope(self.w_kr(x), start)
         if self.cache is not None:
             # (B, start + T, d_c) and (B, start + T, R)
@@ -361,14 +370,12 @@ class LatentAttention(nn.Module):
         # queries in latent space:
         # (B, H, T, D) @ (H, D, d_c) -> (B, H, T, d_c)
         q_latent = q @ w_uk
-        # keys and values shared by every head: (B, 1, S, .)
+        # one key/value head that every query head reads: (B, 1, S, .)
         k = torch.cat([latent, k_rope], dim=-1)[:, None]
         v = latent[:, None]
         q = torch.cat([q_latent, q_rope], dim=-1)  # (B, H, T, d_c + R)
         # (B, H, T, S) weights average the latents: (B, H, T, d_c)
-        y_latent = _attend(
-            q, k.expand(B, H, S, -1), v.expand(B, H, S, C), scale
-        )
+        y_latent = _attend(q, k, v, scale)
         # back to each head's value space: (B, H, T, d_c) -> (B, H, T, D)
         return y_latent @ w_uv.transpose(1, 2)
 

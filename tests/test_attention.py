@@ -140,6 +140,22 @@ def test_rope_from_a_start_position_continues_the_whole_sequence():
     assert not torch.allclose(apply_rope(x[:, :, 7:], start=6), whole[:, :, 7:])
 
 
+def test_shared_keys_and_values_are_read_without_copies_per_query_head():
+    """A new token's query heads read their shared key/value heads where the cache holds them:
+    nothing in the step allocates as much as the keys copied out to every query head."""
+    from torch.profiler import ProfilerActivity, profile
+
+    attn = GroupedQueryAttention(DIM, HEADS, n_kv_heads=1)
+    S, D = 2048, DIM // HEADS
+    with torch.no_grad(), kv_cache(attn):
+        attn(torch.randn(1, S, DIM))
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            attn(torch.randn(1, 1, DIM))
+    copied_keys = HEADS * S * D * 4  # bytes of the keys repeated for every query head
+    largest = max(event.cpu_memory_usage for event in prof.key_averages())
+    assert 0 < largest < copied_keys
+
+
 def mla(absorb=False, dtype=torch.float64):
     torch.manual_seed(0)
     return LatentAttention(DIM, HEADS, latent_dim=24, rope_dim=8, absorb=absorb).to(dtype)
@@ -161,6 +177,22 @@ def test_latent_attention_absorbed_equals_explicit():
     with torch.no_grad():
         absorbed.w_uk.weight.mul_(1.5)
     assert (explicit(x) - absorbed(x)).abs().max() > 1e-3
+
+
+def test_latent_attention_caches_the_normalized_latent():
+    """As DeepSeek's released code does (kv_a_layernorm), the latent is RMS-normalized before it
+    is cached and up-projected, so its scale does not follow W_DKV's."""
+    attn = mla()
+    x = torch.randn(2, T, DIM, dtype=torch.float64)
+    with torch.no_grad(), kv_cache(attn) as (cache,):
+        before = attn(x)
+        latent = cache.tensors[0]
+    assert latent.shape == (2, T, 24)
+    rms = latent.pow(2).mean(-1).sqrt()  # the norm's gain starts at one
+    assert torch.allclose(rms, torch.ones_like(rms), atol=1e-4)
+    with torch.no_grad():
+        attn.w_dkv.weight.mul_(10.0)
+        assert (attn(x) - before).abs().max() < 1e-5  # eps's share only
 
 
 def test_latent_attention_position_enters_only_through_the_rope_parts():
@@ -358,5 +390,5 @@ def test_attention_weights_are_the_ones_forward_uses():
     assert torch.allclose(weights.sum(-1), torch.ones(2, HEADS, T, dtype=torch.float64))
     assert torch.equal(weights.triu(1), torch.zeros_like(weights))  # nothing from the future
     _, _, v = attn._heads(x, 0)
-    y = (weights @ attn._shared(v)).transpose(1, 2).reshape(2, T, DIM)
+    y = (weights @ v.repeat_interleave(2, dim=1)).transpose(1, 2).reshape(2, T, DIM)  # 2 query heads per value head
     assert (attn.o_proj(y) - attn(x)).abs().max() < 1e-10

@@ -102,6 +102,28 @@ def test_side_by_side_matches_one_after_another(corpus, two_threads):
     assert plan_workers(6, 2) == (2, 1) and plan_workers(6, 16) == (6, 2) and plan_workers(6, 1) == (1, 1)
 
 
+def test_side_by_side_gives_each_model_its_own_steps_and_batch_size(corpus, two_threads):
+    """The equal-text controls: per-model steps and batch sizes reach each model's training."""
+    tok, train_ids, val_ids = corpus
+
+    def build():
+        mlexp.manual_seed(0)
+        return TransformerLM(tok.vocab_size, dim=32, n_layers=1, n_heads=4)
+
+    plan = {"big batches": (4, 8), "small batches": (6, 3)}  # name -> (steps, batch size)
+    kwargs = dict(block_size=16, eval_every=2, log=False, eval_batches=1)
+    models = {name: build() for name in plan}
+    histories = mlexp.train_side_by_side(
+        models, train_ids, val_ids, steps={n: s for n, (s, _) in plan.items()},
+        batch_size={n: b for n, (_, b) in plan.items()}, **kwargs,
+    )
+    torch.set_num_threads(1)
+    for name, (steps, batch) in plan.items():
+        alone = mlexp.train_lm(build(), train_ids, val_ids, steps=steps, batch_size=batch, **kwargs)
+        assert histories[name]["step"][-1] == steps
+        assert histories[name]["train"] == alone["train"]
+
+
 def test_side_by_side_trains_unpicklable_models_here(corpus, two_threads):
     """A model class defined in a notebook cannot reach a worker; it trains in this process instead."""
     tok, train_ids, val_ids = corpus

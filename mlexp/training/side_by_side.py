@@ -103,6 +103,7 @@ def train_side_by_side(
     val_ids: Tensor | Mapping[str, Tensor],
     steps: int | Mapping[str, int],
     block_size: int,
+    batch_size: int | Mapping[str, int] | None = None,
     **train_kwargs,
 ) -> dict[str, dict[str, list]]:
     """Train each model with ``train_lm`` and return their histories under
@@ -110,9 +111,9 @@ def train_side_by_side(
 
     ``train_ids`` and ``val_ids`` are one split for every model or, for
     models that read the text through different tokenizers, a mapping from
-    each model's name to its own split; ``steps`` is one number or, for
-    models compared at equal text read rather than equal steps, a mapping
-    from each name to its own.
+    each model's name to its own split; ``steps`` and ``batch_size`` are
+    one number or, for models compared at equal text read rather than equal
+    steps, a mapping from each name to its own.
 
     On a CPU, the models train in worker processes, as many at a time as
     PyTorch has threads (see ``cpu_budget``), each worker with ``threads //
@@ -133,11 +134,15 @@ def train_side_by_side(
     def split(name: str) -> tuple[Tensor, Tensor]:
         return own(name, train_ids), own(name, val_ids)
 
+    def run_kwargs(name: str) -> dict:
+        run = dict(kwargs, steps=own(name, steps))
+        if batch_size is not None:  # else train_lm's own default
+            run["batch_size"] = own(name, batch_size)
+        return run
+
     if pickled is None:
         return {
-            name: train_lm(
-                model, *split(name), steps=own(name, steps), **kwargs
-            )
+            name: train_lm(model, *split(name), **run_kwargs(name))
             for name, model in models.items()
         }
 
@@ -153,7 +158,7 @@ def train_side_by_side(
                 data,
                 *split(name),
                 threads,
-                dict(kwargs, steps=own(name, steps)),
+                run_kwargs(name),
             )
             for name, data in pickled.items()
         }
