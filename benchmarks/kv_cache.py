@@ -9,6 +9,13 @@ the same process, alternating, and each figure is the median of a few runs. It a
 checks that both return the same tokens, and prints the cache's bytes per token (from the
 shapes) and what the cache held at the end.
 
+Last, what one generated token costs in memory traffic with a long cache (``--cached``
+tokens): the bytes of cache its attention reads (every cached key and value, or latent, in
+every layer) and the bytes the step allocates, measured with PyTorch's profiler. A layer
+that copied its shared key/value heads out to every query head would allocate several times
+the cache it reads; ours allocates about one cache's worth, the copy that appending a token
+makes (``KVCache.append`` concatenates).
+
 The weights are untrained: speed does not depend on them. 216 tokens are past the
 chapter's trained context of 64; generate does not crop (see its docstring), so the
 uncached run's work grows with the whole sequence, as a cache's saving does.
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 import mlexp
 from mlexp.attention import (
@@ -44,11 +52,23 @@ VARIANTS = {
 }
 
 
+def step_traffic(model: torch.nn.Module, cached: int) -> tuple[int, int]:
+    """Bytes of cache one new token's attention reads after ``cached`` tokens, and bytes
+    the step allocates."""
+    with torch.no_grad(), kv_cache(model):
+        model(torch.randint(65, (1, cached)))
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            model(torch.randint(65, (1, 1)))
+    allocated = sum(max(e.self_cpu_memory_usage, 0) for e in prof.key_averages())
+    return kv_cache_bytes_per_token(model) * (cached + 1), allocated
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--new", type=int, default=200)
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cached", type=int, default=2048)
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(
@@ -79,6 +99,14 @@ def main() -> None:
             f"{rate_plain:>14.0f} {rate_cached:>11.0f} {rate_cached / rate_plain:>7.2f}x  "
             f"{speed['identical'] == 1.0}"
         )
+    print(f"\none new token after {args.cached:,} cached tokens, model's own activations included:")
+    header = f"{'variant':<13} {'cache read':>12} {'allocated':>12} {'allocated/read':>14}"
+    print(header)
+    print("-" * len(header))
+    for name, make in VARIANTS.items():
+        torch.manual_seed(0)
+        read, allocated = step_traffic(attention_lm(65, make).eval(), args.cached)
+        print(f"{name:<13} {read:>12,} {allocated:>12,} {allocated / read:>14.2f}")
 
 
 if __name__ == "__main__":
