@@ -108,3 +108,20 @@ def test_seed_summary_announces_as_many_removals_as_it_lists(chapter):
     count = announced_count(clause)
     assert count is not None, f"no count announced before the list: {clause!r}"
     assert count == len(items), f"announces {count}, lists {len(items)}: {summary!r}"
+
+
+def test_recap_counts_the_parts_its_table_lists(chapter):
+    """The recap asks for "the six parts" of the lineage table: the count it announces is the
+    number of rows of that table (the one with a "Covered in" column), not a number typed apart
+    from the list it counts."""
+    tables = [t for t in chapter.select("article table")
+              if any("Covered in" in th.get_text() for th in t.select("th"))]
+    assert len(tables) == 1, f"expected one lineage table, found {len(tables)}"
+    rows = tables[0].select("tbody tr")
+    recap = next((a for a in chapter.select("article .admonition")
+                  if "You should now be able to" in a.get_text()), None)
+    assert recap is not None, "no recap box"
+    item = next((flat(li.get_text(" ")) for li in recap.select("li") if " parts " in li.get_text()), None)
+    assert item is not None, "the recap no longer asks for the parts"
+    count = announced_count(item)
+    assert count == len(rows), f"the recap announces {count} parts, the table lists {len(rows)}: {item!r}"
