@@ -724,29 +724,33 @@ def head_statistics(
 
 
 @torch.no_grad()
+@torch.no_grad()
 def repeated_text_loss(
     model: nn.Module,
-    vocab_size: int,
+    alphabet: Tensor,
     length: int = 32,
     n: int = 64,
     seed: int = 0,
 ) -> tuple[float, float]:
     """The repeat test for induction heads (Olsson et al., 2022): ``n``
-    strings of ``length`` random tokens, each written twice; the mean loss
-    on the first copy and on the second (its first token excluded, which
-    follows the end of the first copy).
+    strings of ``length`` tokens drawn at random from ``alphabet`` (token
+    ids), each written twice in a row; the mean loss on the first copy and
+    on the second (its first token excluded, which follows the end of the
+    first copy).
 
-    Random tokens cannot be predicted the first time; a model that finds
-    the earlier occurrence of the current token and copies what followed
-    it predicts the second copy well.
+    A random string cannot be predicted the first time beyond how often
+    each token occurs; a model that finds the earlier occurrence of the
+    current token and copies what followed it predicts the second copy
+    well. Draw the alphabet from frequent tokens, so that the test asks a
+    model to copy, not to read tokens it has rarely seen.
     """
     gen = torch.Generator().manual_seed(shifted(seed))
-    half = torch.randint(vocab_size, (n, length), generator=gen)
+    picks = torch.randint(len(alphabet), (n, length), generator=gen)
+    half = alphabet.cpu()[picks]  # (n, length) token ids
     text = torch.cat([half, half], dim=1).to(
         next(model.parameters()).device
     )
-    model.eval()
-    logits, _ = model(text[:, :-1])
+    logits, _ = model.eval()(text[:, :-1])
     # (n, 2 * length - 1): the loss of each next-token prediction
     loss = F.cross_entropy(
         logits.transpose(1, 2), text[:, 1:], reduction="none"

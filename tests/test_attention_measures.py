@@ -1,7 +1,10 @@
 """Chapter 4's measurements: each reads what it says it reads."""
 
+import math
+
 import pytest
 import torch
+import torch.nn as nn
 
 from mlexp.attention import (
     GroupedQueryAttention,
@@ -71,9 +74,23 @@ def test_training_speed_leaves_the_model_untouched():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-def test_repeat_test_returns_two_losses():
-    first, second = repeated_text_loss(small_lm(), 11, length=8, n=4)
-    assert first > 0 and second > 0
+def test_repeat_test_draws_only_from_its_alphabet_and_scores_both_copies():
+    """A model that puts all its probability on the alphabet's two letters scores log 2 on
+    each copy; with one letter, nothing is left to guess."""
+
+    class Uniform(nn.Module):
+        def __init__(self, allowed):
+            super().__init__()
+            self.logits = nn.Parameter(torch.full((11,), -1e9).index_fill(0, allowed, 0.0))
+
+        def forward(self, idx):
+            return self.logits.expand(*idx.shape, 11), None
+
+    two = torch.tensor([3, 7])
+    first, second = repeated_text_loss(Uniform(two), two, length=8, n=4)
+    assert first == pytest.approx(math.log(2)) and second == pytest.approx(math.log(2))
+    first, _ = repeated_text_loss(Uniform(two[:1]), two[:1], length=8, n=4)
+    assert first == pytest.approx(0.0, abs=1e-6)
 
 
 def test_cost_table_memory_law_and_agreement():
