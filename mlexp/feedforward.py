@@ -145,8 +145,8 @@ class GatedFFN(nn.Module):
     ``GATES``. Three matrices instead of two, so the default width is
     ``gated_hidden(dim)``, where the layer has a 4x MLP's parameters.
 
-    Weight names are Chapter 1's SwiGLU's (``gate``, ``up``, ``down``,
-    Hugging Face Llama's ``gate_proj``, ``up_proj``, ``down_proj``): with
+    Weight names are Chapter 1's SwiGLU's (``gate``, ``up``, ``down``;
+    ``gate_proj``, ``up_proj``, ``down_proj`` in Hugging Face's Llama): with
     ``nn.SiLU()`` this is that layer, and either loads the other's weights.
     """
 
@@ -195,7 +195,10 @@ def balance_loss(probs: Tensor, chosen: Tensor) -> Tensor:
     gradient flows through P: it lowers the probability of the experts that
     received the most tokens. When either f or P is uniform the loss is
     exactly 1, its value under perfectly balanced routing; a router that
-    sends everything to one expert with certainty gives N.
+    sends everything to one expert with certainty gives N. (It is not a
+    strict lower bound: it dips below 1 when the busiest experts are not
+    the ones given the most probability on average, which choosing the
+    most probable experts makes unusual.)
 
     Switch routes to k = 1 expert. For k > 1, f counts all k * tokens
     assignments, so f still sums to 1 and balanced routing still gives 1
@@ -220,8 +223,8 @@ class MoE(nn.Module):
 
     Every expert is built by ``make_expert(dim)`` (by default a SwiGLU
     ``GatedFFN``, as in Mixtral). The layer holds N experts' parameters but
-    runs only k of them per token: more parameters, the same compute per
-    token as one expert (k = 1) plus the router.
+    runs only k of them per token: N experts' weights for the compute of k
+    experts and the router.
 
     The weights are the router's softmax probabilities of the chosen
     experts. ``renormalize`` rescales the k of them to sum to 1, as Mixtral
@@ -350,9 +353,10 @@ def hidden_activations(model: nn.Module, idx: Tensor) -> Tensor:
     ``idx`` (B, T): (n_layers, B, T, hidden).
 
     Read at the input of each block's ``ffn.down`` (the activations of an
-    MLP, the gated product of a gated layer), which is where Geva et al.
-    (2021) read the "keys": each hidden unit's value is how strongly the
-    token matches it, and its column of ``down`` is what it writes.
+    MLP, the gated product of a gated layer). In the reading of Geva et al.
+    (2021), a hidden unit's row of ``up`` is a key, its activation says how
+    strongly the token matches that key, and its column of ``down`` is the
+    value it adds to the residual stream, scaled by the activation.
     """
     layers = [getattr(block.ffn, "down", None) for block in model.blocks]
     if not all(isinstance(d, nn.Linear) for d in layers):
