@@ -724,7 +724,6 @@ def head_statistics(
 
 
 @torch.no_grad()
-@torch.no_grad()
 def repeated_text_loss(
     model: nn.Module,
     alphabet: Tensor,
