@@ -13,8 +13,12 @@ Last, what one generated token costs in memory traffic with a long cache (``--ca
 tokens): the bytes of cache its attention reads (every cached key and value, or latent, in
 every layer) and the bytes the step allocates, measured with PyTorch's profiler. A layer
 that copied its shared key/value heads out to every query head would allocate several times
-the cache it reads; ours allocates about one cache's worth, the copy that appending a token
-makes (``KVCache.append`` concatenates).
+the cache it reads; MHA, GQA and MQA allocate about one cache's worth, the copy that appending
+a token makes (``KVCache.append`` concatenates). MLA allocates far more (11 to 13 times its
+cache on torch 2.13's CPU build): its explicit form expands every head's keys and values from the
+latent, by design, and its absorbed form has queries and keys wider than its values, which
+PyTorch's flash kernel refuses, so the call falls back to the math kernel, which expands the
+shared latent per head and writes out the scores.
 
 The weights are untrained: speed does not depend on them. 216 tokens are past the
 chapter's trained context of 64; generate does not crop (see its docstring), so the
