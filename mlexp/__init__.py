@@ -3,16 +3,17 @@ import.
 
 The top level holds what a reader learns, one module per part of the
 block: ``transformer`` (Chapter 1's model), ``bpe`` (tokens), ``position``,
-``attention``. Two subpackages hold the rest: ``mlexp.training`` (data,
-seeds, arithmetic, training and scoring), which the parts use, and
-``mlexp.evidence`` (gluing, figure style, seed runs, the seed table and the
-evidence page), with which the book checks itself.
+``attention``, ``feedforward``. Two subpackages hold the rest:
+``mlexp.training`` (data, seeds, arithmetic, training and scoring), which
+the parts use, and ``mlexp.evidence`` (gluing, figure style, seed runs, the
+seed table and the evidence page), with which the book checks itself.
 
 What every chapter uses is re-exported here, so a notebook's imports
 survive a move inside the package. What only some chapters use (the BPE
-tokenizer, bits per character) is imported on first use, so a chapter's
-kernel loads, and its seed runs' fingerprint covers, only the modules its
-numbers can depend on (see :mod:`mlexp.evidence.provenance`).
+tokenizer, bits per character, the feed-forward variants) is imported on
+first use, so a chapter's kernel loads, and its seed runs' fingerprint
+covers, only the modules its numbers can depend on
+(see :mod:`mlexp.evidence.provenance`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,22 @@ _LAZY = {
     "BPETokenizer": "bpe",
     "bits_per_char": "training.evaluate",
     "loss_by_position": "training.evaluate",
+    **dict.fromkeys(
+        [
+            "MLP",
+            "GatedFFN",
+            "GATES",
+            "gated_hidden",
+            "MoE",
+            "balance_loss",
+            "hidden_activations",
+            "expert_choices",
+            "expert_load",
+            "capacity_overflow",
+            "active_params",
+        ],
+        "feedforward",
+    ),
 }
 
 __all__ = [
