@@ -99,7 +99,7 @@ def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatc
     assert caption.startswith("```{table} ") and f"Stored runs and this page made on {THIS_CPU}." in caption
     # nothing changed since the runs: the sentence starts with the build
     assert f"made on {THIS_CPU}. This build reproduces the stored run with seed offset 0 to three decimals" \
-        " (tolerance 0.01)" in caption
+        " (a run within 0.01 of it counts as reproduced)" in caption
     assert "held in all 3 seeds" in glued["seed_summary"] and "in 3 of 3 seeds" in glued["seed_summary"]
 
 

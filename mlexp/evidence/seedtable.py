@@ -337,7 +337,8 @@ class Assessment:
         )
         return (
             f"reproduces the stored run with seed offset {self.offset} "
-            f"{how} (tolerance {REPRODUCTION_TOLERANCE})"
+            f"{how} (a run within {REPRODUCTION_TOLERANCE} of it counts "
+            "as reproduced)"
         )
 
     def moved_rows(self, label: Mapping[str, str]) -> str:
