@@ -3,16 +3,18 @@ import.
 
 The top level holds what a reader learns, one module per part of the
 block: ``transformer`` (Chapter 1's model), ``bpe`` (tokens), ``position``,
-``attention``, ``feedforward``. Two subpackages hold the rest:
-``mlexp.training`` (data, seeds, arithmetic, training and scoring), which
-the parts use, and ``mlexp.evidence`` (gluing, figure style, seed runs, the
-seed table and the evidence page), with which the book checks itself.
+``attention``, ``feedforward``, ``normalization``, ``residual``. Two
+subpackages hold the rest: ``mlexp.training`` (data, seeds, arithmetic,
+training and scoring), which the parts use, and ``mlexp.evidence``
+(gluing, figure style, seed runs, the seed table and the evidence page),
+with which the book checks itself.
 
 What every chapter uses is re-exported here, so a notebook's imports
 survive a move inside the package. What only some chapters use (the BPE
-tokenizer, bits per character, the feed-forward variants) is imported on
-first use, so a chapter's kernel loads, and its seed runs' fingerprint
-covers, only the modules its numbers can depend on
+tokenizer, bits per character, the feed-forward, normalization and
+residual variants and their measurements) is imported on first use, so a
+chapter's kernel loads, and its seed runs' fingerprint covers, only the
+modules its numbers can depend on
 (see :mod:`mlexp.evidence.provenance`).
 """
 
@@ -58,6 +60,46 @@ _LAZY = {
             "active_params",
         ],
         "feedforward",
+    ),
+    **dict.fromkeys(
+        [
+            "LayerNorm",
+            "TokenBatchNorm",
+            "DyT",
+            "PostNorm",
+            "OutputNorm",
+            "PLACEMENTS",
+            "block_kwargs",
+            "xavier_init",
+            "ffn_grad_norms",
+            "position_leak",
+            "unigram_loss",
+            "OUTCOMES",
+            "classify_run",
+            "time_in_turns",
+            "norm_times",
+        ],
+        "normalization",
+    ),
+    **dict.fromkeys(
+        [
+            "Highway",
+            "ReZero",
+            "hidden_states",
+            "logit_lens",
+            "lm_loss",
+            "blocks_in_order",
+            "loss_with_blocks",
+            "deletion_losses",
+            "random_deletion_losses",
+            "swap_losses",
+            "stream_rms",
+            "relative_updates",
+            "neighbour_cosines",
+            "token_uniformity",
+            "block_input_grads",
+        ],
+        "residual",
     ),
 }
 

@@ -9,8 +9,9 @@ The blocks follow the Llama convention (pre-norm, RMSNorm with a learned
 gain, half-split RoPE with base 10000, SwiGLU with gate/up/down and no
 biases, one fused q|k|v projection), so the weights map one to one onto a
 standard Llama implementation. Later chapters swap one part at a time, so
-variants are modules passed in (``ffn=``, ``make_ffn=``, ``WriteNothing``)
-rather than flags threaded through ``forward``.
+variants are modules passed in (``make_ffn=``, ``norm=``, ``placement=``,
+``connection=``, ``WriteNothing``) rather than flags threaded through
+``forward``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ __all__ = [
     "Attention",
     "SwiGLU",
     "RMSNorm",
+    "Residual",
+    "Plain",
+    "PreNorm",
     "Block",
     "WriteNothing",
     "TransformerLM",
@@ -165,8 +169,51 @@ class RMSNorm(nn.Module):
         )
 
 
+class Residual(nn.Module):
+    """The shortcut: a sub-layer adds its output to its input, so a block
+    that writes nothing passes the stream through unchanged."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+
+    def forward(self, x: Tensor, update: Tensor) -> Tensor:
+        return x + update
+
+
+class Plain(nn.Module):
+    """No shortcut: the sub-layer's output replaces its input (Chapter 1's
+    "no residual" ablation)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+
+    def forward(self, x: Tensor, update: Tensor) -> Tensor:
+        return update
+
+
+class PreNorm(nn.Module):
+    """Pre-norm placement: ``connect(x, sublayer(norm(x)))``. The sub-layer
+    reads a normalized copy; the stream itself is never normalized."""
+
+    def forward(
+        self,
+        x: Tensor,
+        sublayer: nn.Module,
+        norm: nn.Module,
+        connect: nn.Module,
+    ) -> Tensor:
+        return connect(x, sublayer(norm(x)))
+
+
 class Block(nn.Module):
-    """Pre-norm block: x + attn(norm(x)), then x + ffn(norm(x))."""
+    """Attention, then the feed-forward layer, each wired to the stream.
+
+    Three parts are passed in as modules: ``norm`` (a class called with the
+    width: RMSNorm, or ``nn.Identity`` for none), ``placement`` (where the
+    norm sits: pre-norm here, others in Chapter 6) and ``connection`` (how
+    a sub-layer's output meets its input: residual, or plain, others in
+    Chapter 7). The default is Llama's pre-norm residual block.
+    """
 
     def __init__(
         self,
@@ -175,21 +222,22 @@ class Block(nn.Module):
         ffn: nn.Module | None = None,
         causal: bool = True,
         rope: bool = True,
-        norm: bool = True,
-        residual: bool = True,
+        norm: type[nn.Module] = RMSNorm,
+        placement: nn.Module | None = None,
+        connection: type[nn.Module] = Residual,
     ):
         super().__init__()
-        self.residual = residual
-        self.norm1 = RMSNorm(dim) if norm else nn.Identity()
+        self.norm1 = norm(dim)
         self.attn = Attention(dim, n_heads, causal=causal, rope=rope)
-        self.norm2 = RMSNorm(dim) if norm else nn.Identity()
+        self.norm2 = norm(dim)
         self.ffn = ffn if ffn is not None else SwiGLU(dim)
+        self.connect1 = connection(dim)
+        self.connect2 = connection(dim)
+        self.placement = placement if placement is not None else PreNorm()
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.residual:
-            x = x + self.attn(self.norm1(x))
-            return x + self.ffn(self.norm2(x))
-        return self.ffn(self.norm2(self.attn(self.norm1(x))))
+        x = self.placement(x, self.attn, self.norm1, self.connect1)
+        return self.placement(x, self.ffn, self.norm2, self.connect2)
 
 
 class WriteNothing(nn.Module):
@@ -220,6 +268,7 @@ class TransformerLM(nn.Module):
         n_heads: int = 4,
         make_ffn=None,
         context_length: int | None = None,
+        final_norm: type[nn.Module] = RMSNorm,
         **block_kwargs,
     ):
         super().__init__()
@@ -234,7 +283,7 @@ class TransformerLM(nn.Module):
             )
             for _ in range(n_layers)
         )
-        self.norm = RMSNorm(dim)
+        self.norm = final_norm(dim)
         self.head = nn.Linear(dim, vocab_size, bias=False)
 
     def forward(

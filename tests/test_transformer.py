@@ -177,3 +177,30 @@ def test_generate_length_and_context():
     seen.clear()
     model.generate(torch.zeros(1, 3, dtype=torch.long), 10, context_length=4)
     assert max(seen) == 4
+
+
+def test_the_block_is_wired_by_the_modules_passed_in():
+    """Pre-norm residual by default; Plain drops the shortcut and
+    nn.Identity the norms, each computing its formula and nothing else."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 32)
+    block = Block(32, 4).eval()
+    h = x + block.attn(block.norm1(x))
+    assert torch.allclose(block(x), h + block.ffn(block.norm2(h)), atol=1e-6)
+    plain = Block(32, 4, connection=mlexp.transformer.Plain).eval()
+    inner = plain.ffn(plain.norm2(plain.attn(plain.norm1(x))))
+    assert torch.allclose(plain(x), inner, atol=1e-6)
+    bare = Block(32, 4, norm=torch.nn.Identity).eval()
+    assert isinstance(bare.norm1, torch.nn.Identity) and isinstance(bare.norm2, torch.nn.Identity)
+    h = x + bare.attn(x)
+    assert torch.allclose(bare(x), h + bare.ffn(h), atol=1e-6)
+
+
+def test_the_final_norm_is_passed_in_apart_from_the_blocks():
+    """Chapter 1's "no normalization" ablation removes the blocks' norms and
+    keeps the final one; a chapter that swaps every norm passes both."""
+    model = TransformerLM(65, dim=32, n_layers=2, norm=torch.nn.Identity)
+    assert isinstance(model.norm, mlexp.transformer.RMSNorm)
+    model = TransformerLM(65, dim=32, n_layers=2, final_norm=torch.nn.LayerNorm)
+    assert isinstance(model.norm, torch.nn.LayerNorm)
+    assert all(isinstance(b.norm1, mlexp.transformer.RMSNorm) for b in model.blocks)
