@@ -186,7 +186,7 @@ GATES: dict[str, type[nn.Module]] = {
 
 def balance_loss(probs: Tensor, chosen: Tensor) -> Tensor:
     """The Switch Transformer's load-balancing loss without its
-    coefficient: N * sum_i f_i * P_i (Fedus et al., 2021, eq. 4-6).
+    coefficient: N * sum_i f_i * P_i (Fedus et al., 2022, eq. 4-6).
 
     ``probs`` (tokens, N) is the router's softmax over all N experts;
     ``chosen`` (tokens, k) the experts each token was sent to. f_i is the
