@@ -43,7 +43,7 @@ def says_switched_off(text: str, what: str) -> bool:
 def test_vit_text_names_every_switch_the_code_turns_off(chapter):
     """The code builds the image model's blocks with the causal mask and RoPE off; the tab "Two
     ends" and the caption of Figure 1.1 must say both, not "unchanged except for the mask"."""
-    from mlexp.transformer import TransformerLM, VisionTransformer
+    from mlexp.transformer import Residual, TransformerLM, VisionTransformer
 
     lm = TransformerLM(65, dim=128, n_layers=4, n_heads=4)
     vit = VisionTransformer(n_classes=10)
