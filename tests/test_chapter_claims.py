@@ -97,8 +97,8 @@ def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatc
     # Which machine made the numbers is the table's caption, not a sentence of the prose.
     caption = glued["seed_table"].splitlines()[0]
     assert caption.startswith("```{table} ") and f"Stored runs and this page made on {THIS_CPU}." in caption
-    # nothing changed since the runs: the sentence starts with the build
-    assert f"made on {THIS_CPU}. This build reproduces the stored run with seed offset 0 to three decimals" \
+    # nothing changed since the runs: the sentence starts with the page's run
+    assert f"made on {THIS_CPU}. This page's run reproduces the stored run with seed offset 0 to three decimals" \
         " (a run within 0.01 of it counts as reproduced)" in caption
     assert "held in all 3 seeds" in glued["seed_summary"] and "in 3 of 3 seeds" in glued["seed_summary"]
 
@@ -109,9 +109,10 @@ def test_another_cpu_within_the_spread_is_no_warning(chapter_dir, monkeypatch):
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(first=drifted, machine_name=OTHER_CPU))
     note = glued["seed_table"]
     assert "warning" not in note and "stale" not in note
-    assert f"made on {OTHER_CPU}" in note and f"built on {THIS_CPU}" in note
+    assert f"made on {OTHER_CPU}" in note and f"ran on {THIS_CPU}" in note
     assert "reproduces the stored run with seed offset 0 to within 0.006" in note
-    assert "the seeds' standard deviation is up to 0.028 (full model)" in note.splitlines()[0]
+    assert ("the largest standard deviation across seeds of a difference between models is 0.027 "
+            "(no attention − full model)") in note.splitlines()[0]
     # One number per seed: this page's run is seed 0's entry, and the mean uses it.
     rows = table_rows(note)
     assert rows[4] == ["no normalization", "1.720", "1.737 ± 0.021", "1.720 / 1.760 / 1.730"]
@@ -139,7 +140,7 @@ def test_changed_code_that_reproduces_the_runs_keeps_them_current(chapter_dir, m
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(**changed))
     note = glued["seed_table"]
     assert "stale" not in note
-    assert f"{words} since these runs; this build reproduces the stored run with seed offset 0 to three decimals" in note
+    assert f"{words} since these runs; this page's run reproduces the stored run with seed offset 0 to three decimals" in note
     assert "held in all 3 seeds" in glued["seed_summary"]
 
 
@@ -176,7 +177,7 @@ def test_a_gpu_build_is_judged_against_the_cpu_runs(chapter_dir, monkeypatch):
     drifted = [1.745, 2.076, 2.487, 1.853, 1.714, 3.352]  # within the seeds' spread
     glued = run_seed_section(chapter_dir, monkeypatch, drifted, three_seeds())
     note = glued["seed_table"]
-    assert "warning" not in note and f"made on {THIS_CPU}; this page built on NVIDIA H200" in note
+    assert "warning" not in note and f"made on {THIS_CPU}; this page ran on NVIDIA H200" in note
     assert table_rows(note)[0] == ["full model", "1.745", "1.768 ± 0.028", "1.745 / 1.800 / 1.760"]
 
 

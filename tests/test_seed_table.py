@@ -88,4 +88,19 @@ def test_the_caption_quotes_the_largest_spread_of_any_row_shown(tmp_path, monkey
                                differences={"B minus A": ("loss_b", "loss_a")})
     caption = seeds.markdown.splitlines()[0]
     assert "reproduces the stored run with seed offset 0 to three decimals" in caption
-    assert "standard deviation is up to 0.141 (B minus A)" in caption
+    assert ("the largest standard deviation across seeds of a difference between models "
+            "is 0.141 (B minus A)") in caption
+    assert "build" not in caption
+
+
+def test_the_caption_compares_differences_with_differences_only(tmp_path, monkeypatch):
+    """A row in another unit (a percentage that varies by points) is no yardstick for a gap
+    between two losses: with differences shown, the caption quotes the largest of theirs."""
+    stored = {0: {"loss_a": 1.0, "loss_b": 1.1, "pct": 10.0},
+              1: {"loss_a": 1.1, "loss_b": 1.0, "pct": 20.0}}
+    store_runs(tmp_path, monkeypatch, stored)
+    rows = {"loss A": "loss_a", "loss B": "loss_b", "dead units (%)": "pct"}
+    seeds = mlexp.seed_section("book/part1/chapter.ipynb", rows, stored[0],
+                               differences={"B minus A": ("loss_b", "loss_a")})
+    caption = seeds.markdown.splitlines()[0]
+    assert "is 0.141 (B minus A)" in caption and "dead units" not in caption

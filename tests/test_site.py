@@ -269,10 +269,10 @@ def test_the_seed_section_says_where_its_numbers_were_made(pages, name):
     caption = section.select_one("table caption")
     assert caption is not None, "the seed table has no caption"
     words = caption.get_text(" ", strip=True)
-    assert "made on" in words or "built on" in words, words
+    assert "made on" in words or "ran on" in words, words
     prose = " ".join(p.get_text(" ", strip=True) for p in section.select("p")
                      if not p.find_parent("table") and not p.find_parent(class_="admonition"))
-    assert "made on" not in prose and "built on" not in prose, prose
+    assert "made on" not in prose and "ran on" not in prose, prose
 
 
 @pytest.mark.parametrize("name", CHAPTERS)

@@ -174,7 +174,7 @@ def _no_runs_of_this_kind(
     kind: str, this_name: str, others: list[dict]
 ) -> str:
     text = (
-        f"This page was built on {this_name}, and no seed runs from this "
+        f"This page ran on {this_name}, and no seed runs from this "
         f"kind of machine ({KIND_NAMES.get(kind, kind)}) are stored yet, "
         "so the table shows this page's run alone."
     )
@@ -507,7 +507,7 @@ def seed_section(
     # Which machines made the numbers, what changed since and how closely
     # this build reproduced them go in the table's caption; what a reader
     # must act on (no comparable runs, stale data) in an admonition below.
-    caption = f"This page built on {a.this_name}."
+    caption = f"This page ran on {a.this_name}."
     note = ""
     made_on = machine_names(a.own)
     if not a.own:
@@ -535,7 +535,7 @@ def seed_section(
         where = (
             f"Stored runs and this page made on {made_on}."
             if made_on == a.this_name
-            else f"Stored runs made on {made_on}; this page built on "
+            else f"Stored runs made on {made_on}; this page ran on "
             f"{a.this_name}."
         )
         if a.before is None:
@@ -544,17 +544,24 @@ def seed_section(
                 "reproduce."
             )
         else:
-            # The largest spread between seeds of any row the table shows,
-            # paired differences included: the yardstick a reader compares.
-            spreads = [(a.spread[0], label[a.spread[1]])] + [
-                (
-                    seedstats.mean_sd(
-                        [v[x] - v[y] for v in a.stored_values.values()]
-                    )[1],
-                    name,
-                )
-                for name, (x, y) in (differences or {}).items()
-            ]
+            # The yardstick a reader compares gaps with: the largest
+            # spread between seeds of a difference between models, in the
+            # differences' own unit; a chapter without differences gets
+            # the largest of any row, named so that its unit is clear.
+            if differences:
+                spreads = [
+                    (
+                        seedstats.mean_sd(
+                            [v[x] - v[y] for v in a.stored_values.values()]
+                        )[1],
+                        name,
+                    )
+                    for name, (x, y) in differences.items()
+                ]
+                of_what = "of a difference between models"
+            else:
+                spreads = [(a.spread[0], label[a.spread[1]])]
+                of_what = "of any row"
             spread, spread_label = max(spreads)
             since = (
                 f"{in_words(a.changed)} changed since these runs; "
@@ -562,9 +569,9 @@ def seed_section(
                 else ""
             )
             sentence = (
-                f"{since}this build {a.reproduction()}; the seeds' "
-                f"standard deviation is up to {spread:.3f} "
-                f"({spread_label})."
+                f"{since}this page's run {a.reproduction()}; the largest "
+                f"standard deviation across seeds {of_what} is "
+                f"{spread:.3f} ({spread_label})."
             )
             caption = f"{where} {sentence[0].upper()}{sentence[1:]}"
 
