@@ -164,6 +164,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != len(self.weight):
+            raise ValueError(
+                f"RMSNorm({len(self.weight)}) got vectors of width "
+                f"{x.shape[-1]}; build it with RMSNorm({x.shape[-1]})"
+            )
         return self.weight * (
             x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         )

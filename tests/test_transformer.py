@@ -204,3 +204,8 @@ def test_the_final_norm_is_passed_in_apart_from_the_blocks():
     model = TransformerLM(65, dim=32, n_layers=2, final_norm=torch.nn.LayerNorm)
     assert isinstance(model.norm, torch.nn.LayerNorm)
     assert all(isinstance(b.norm1, mlexp.transformer.RMSNorm) for b in model.blocks)
+
+
+def test_rmsnorm_of_the_wrong_width_says_which_to_build():
+    with pytest.raises(ValueError, match=r"RMSNorm\(16\) got vectors of width 12; build it with RMSNorm\(12\)"):
+        RMSNorm(16)(torch.randn(2, 12))
