@@ -264,7 +264,7 @@ def test_each_tab_shows_its_panel_with_glued_numbers(chapter, page, artifacts):
             f"tab {title!r}: {len(values)} glued values shown, the source has {expected_glue[title]}: {values}"
         )
         for value in values:
-            assert re.fullmatch(r"[-+]?[\d,]+(\.\d+)?%?", value.strip()), f"tab {title!r}: glued {value!r} is no number"
+            assert re.fullmatch(r"[-+]?[\d,]+(\.\d+)?([eE][-+]?\d+)?%?", value.strip()), f"tab {title!r}: glued {value!r} is no number"
 
         image = panel.locator("img").first
         assert image.is_visible(), f"tab {title!r}: its figure is not visible"
