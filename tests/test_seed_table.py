@@ -104,3 +104,38 @@ def test_the_caption_compares_differences_with_differences_only(tmp_path, monkey
                                differences={"B minus A": ("loss_b", "loss_a")})
     caption = seeds.markdown.splitlines()[0]
     assert "is 0.141 (B minus A)" in caption and "dead units" not in caption
+
+
+def test_timings_are_shown_but_left_out_of_the_reproduction_check(tmp_path, monkeypatch):
+    """A step's time moves by milliseconds between two runs of the same code on one machine: a
+    row of timings must not make the stored runs stale, while a loss that moves still does."""
+    stored = {0: {"loss_a": 1.80, "ms": 212.7}, 1: {"loss_a": 1.70, "ms": 220.4}}
+    store_runs(tmp_path, monkeypatch, stored)
+    rows = {"validation loss, A": "loss_a", "ms per step": "ms"}
+    slower = {"loss_a": 1.80, "ms": 230.1}
+
+    untimed = mlexp.seed_section("book/part1/chapter.ipynb", rows, slower)
+    assert not untimed.current and "ms per step moved by 17.400" in untimed.markdown
+
+    seeds = mlexp.seed_section("book/part1/chapter.ipynb", rows, slower, timed=["ms"])
+    assert seeds.current
+    caption = seeds.markdown.splitlines()[0]
+    assert "reproduces the stored run with seed offset 0 to three decimals" in caption
+    assert "The 1 rows of timings vary from run to run" in caption
+    assert rows_of(seeds.markdown)["ms per step"][0] == "230.100"
+
+    moved = mlexp.seed_section("book/part1/chapter.ipynb", rows, {**slower, "loss_a": 1.85},
+                               timed=["ms"])
+    assert not moved.current
+
+
+def test_a_timed_key_must_be_a_row(chapter):
+    with pytest.raises(ValueError, match="not among the table's keys"):
+        mlexp.seed_section("book/part1/chapter.ipynb", ROWS, THIS, timed=["ms"])
+
+
+def test_without_a_stored_run_of_its_offset_the_caption_names_this_pages_column(tmp_path, monkeypatch):
+    store_runs(tmp_path, monkeypatch, {1: STORED[1], 2: STORED[2]})
+    caption = mlexp.seed_section("book/part1/chapter.ipynb", ROWS, THIS).markdown.splitlines()[0]
+    assert "The column of seed offset 0 is this page's own run." in caption
+    assert "reproduce" not in caption

@@ -236,7 +236,9 @@ def chapter_evidence(
         "fingerprint": recorded["fingerprint"],
         "machine": recorded["machine"],
     }
-    assessment = seedtable.assess(here, rows, values, list(stored), offset)
+    assessment = seedtable.assess(
+        here, rows, values, list(stored), offset, recorded.get("timed", ())
+    )
     compared = {id(r) for r in assessment.own}
     markers = markers or {}
     claims = []

@@ -50,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import torch
 
@@ -359,6 +359,7 @@ def assess(
     current: Mapping[str, float],
     stored: list[dict],
     offset: int,
+    timed: Collection[str] = (),
 ) -> Assessment:
     """Compare this build's run with the stored runs: the seed section's
     rule, in one place.
@@ -367,8 +368,18 @@ def assess(
     (:mod:`mlexp.evidence.provenance`), ``rows`` maps row labels to glue
     keys, ``current`` holds this build's values, ``stored`` the runs of
     ``<chapter>.seeds.json`` and ``offset`` this build's seed offset.
+    ``timed`` are the keys of rows measured in wall-clock time: they are
+    shown and counted, but no run reproduces them, so the reproduction
+    check, the drift and the spread leave them out.
     """
     keys = list(rows.values())
+    unknown = sorted(set(timed) - set(keys))
+    if unknown:
+        raise ValueError(
+            f"timed rows {unknown} are not among the table's keys; pass "
+            "the glue keys of rows in `rows` that hold timings"
+        )
+    reproducible = [k for k in keys if k not in timed]
     kind = here["machine"]["kind"]
     same_kind = [r for r in stored if machine_of(r).get("kind") == kind]
     others = [r for r in stored if r not in same_kind]
@@ -392,11 +403,11 @@ def assess(
     drift = spread = None
     moved: list[tuple[str, float, float]] = []
     if before is not None:
-        drift = seedstats.largest_drift(current, before, keys)
-        spread = seedstats.largest_spread(stored_values, keys)
+        drift = seedstats.largest_drift(current, before, reproducible)
+        spread = seedstats.largest_spread(stored_values, reproducible)
         moved = [
             (k, before[k], float(current[k]))
-            for k in keys
+            for k in reproducible
             if abs(float(current[k]) - before[k]) > REPRODUCTION_TOLERANCE
         ]
         if moved:
@@ -458,6 +469,7 @@ def seed_section(
     claims: Claims | None = None,
     device: str | torch.device | None = None,
     differences: Mapping[str, tuple[str, str]] | None = None,
+    timed: Collection[str] = (),
 ) -> SeedSection | None:
     """Build a chapter's seed table and check its claims; ``None`` in a seed
     run.
@@ -472,6 +484,10 @@ def seed_section(
     showing a - b within each run (a removal minus the full model, say),
     with its mean and standard deviation over seeds. It is computed from
     the rows' values, so stored runs fill it without a rerun.
+
+    ``timed`` lists the keys of rows that are wall-clock timings. They vary
+    from run to run on one machine, so the check that this build reproduces
+    its offset's stored run leaves them out, and the caption says so.
     """
     device = default_device(device)
     local = pathlib.Path(notebook).name
@@ -490,6 +506,7 @@ def seed_section(
         **here,
         "rows": dict(rows),
         "claims": list(claims or {}),
+        "timed": sorted(timed),
         "modules": provenance.loaded_modules(),
     }
     glue(PROVENANCE_KEY, json.dumps(recorded, sort_keys=True))
@@ -501,7 +518,7 @@ def seed_section(
         stored = load_stored_runs(notebook)
     except FileNotFoundError:  # a new chapter, before its first seed runs
         stored = []
-    a = assess(here, rows, current, stored, offset)
+    a = assess(here, rows, current, stored, offset, timed)
     label = {key: name for name, key in rows.items()}
     table = _table(rows, a.runs, offset, differences or {})
     # Which machines made the numbers, what changed since and how closely
@@ -540,8 +557,8 @@ def seed_section(
         )
         if a.before is None:
             caption = (
-                f"{where} Seed offset {offset} has no stored run to "
-                "reproduce."
+                f"{where} The column of seed offset {offset} is this "
+                "page's own run."
             )
         else:
             # The yardstick a reader compares gaps with: the largest
@@ -574,6 +591,12 @@ def seed_section(
                 f"{spread:.3f} ({spread_label})."
             )
             caption = f"{where} {sentence[0].upper()}{sentence[1:]}"
+            if timed:
+                caption += (
+                    f" The {len(timed)} rows of timings vary from run to "
+                    "run even on one machine, so that check leaves them "
+                    "out."
+                )
 
     # How each claim fared in each run, recorded for the book's evidence
     # page before the checks, so that the record of a failing build says
