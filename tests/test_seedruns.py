@@ -1,6 +1,7 @@
 """Seed runs: harvesting glued values, merging, spread, rankings, stale data and claims."""
 
 import json
+import pathlib
 
 import nbformat
 import pytest
@@ -189,3 +190,35 @@ def test_harvest_reads_the_glue_file_myst_nb_writes_beside_the_executed_notebook
     run = seedruns.harvest_build(executed, executed)
     assert run["offset"] == 0 and run["values"]["abl_full"] == 1.74
     assert run["provenance"]["run_seconds"] == 120.0 and run["provenance"]["machine"]["name"] == "a CPU"
+
+
+def chapter_gluing(tmp_path, seed_values: dict | None) -> pathlib.Path:
+    """A chapter whose seed table has two rows, of which it glues only ``a`` on its own; ``b``
+    it computes in its seed cell, as Chapter 6 does for its outcome codes."""
+    recorded = {"fingerprint": {"code": "c", "mlexp": "m", "corpus": "k", "torch": "t"},
+                "machine": {"kind": "fp32", "name": "a CPU"}, "rows": {"A": "a", "B": "b"}, "claims": []}
+    source = ("import json\nfrom myst_nb import glue\n"
+              f"glue('seed_provenance', json.dumps({recorded!r}), display=False)\n"
+              "glue('a', 1.5, display=False)\n")
+    if seed_values is not None:
+        source += f"glue('seed_values', json.dumps({seed_values!r}), display=False)\n"
+    chapter = tmp_path / "chapter.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]), chapter)
+    return chapter
+
+
+def test_a_row_computed_in_the_seed_cell_is_stored(tmp_path):
+    chapter = chapter_gluing(tmp_path, {"a": 1.5, "b": 2.0})
+    assert seedruns.main(["run", str(chapter), "--offsets", "1"]) == 0
+    (run,) = json.loads(seedruns.data_path(chapter).read_text())["runs"]
+    assert run["values"]["a"] == 1.5 and run["values"]["b"] == 2.0
+    assert "seed_values" not in run["values"]
+
+
+def test_a_run_lacking_a_rows_value_is_refused_and_stores_nothing(tmp_path, capsys):
+    """Stored without row b, the run could never fill the table: the build would call every
+    stored run stale. The runner says so instead of writing it."""
+    chapter = chapter_gluing(tmp_path, None)
+    assert seedruns.main(["run", str(chapter), "--offsets", "1"]) == 1
+    assert "no value for the seed table's rows ['b']" in capsys.readouterr().err
+    assert not seedruns.data_path(chapter).exists()

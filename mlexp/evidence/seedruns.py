@@ -37,7 +37,7 @@ import tempfile
 import time
 
 from ..training.seeds import SEED_OFFSET_ENV, SEED_RUN_ENV
-from .seedtable import CHECK_KEY, PROVENANCE_KEY, machine_of
+from .seedtable import CHECK_KEY, PROVENANCE_KEY, VALUES_KEY, machine_of
 
 __all__ = [
     "harvest_glue",
@@ -184,6 +184,16 @@ def run_record(
     recorded = json.loads(values.pop(PROVENANCE_KEY))
     # How the build's checks went is the build's own record, not a value.
     values.pop(CHECK_KEY, None)
+    # Every row's value, including those the chapter computes in its seed
+    # cell without gluing them on their own.
+    values.update(json.loads(values.pop(VALUES_KEY, "{}")))
+    missing = sorted(set(recorded.get("rows", {}).values()) - set(values))
+    if missing:
+        raise RuntimeError(
+            f"{notebook.name} recorded no value for the seed table's rows "
+            f"{missing}: a run without them cannot fill the table; pass "
+            "every row's value to mlexp.seed_section in `current`"
+        )
     return {
         "offset": offset,
         "values": values,

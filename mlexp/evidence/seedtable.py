@@ -78,6 +78,9 @@ __all__ = [
 
 #: The glue key under which a seed run hands its provenance to the runner.
 PROVENANCE_KEY = "seed_provenance"
+#: The glue key under which a run hands the runner its value of every row,
+#: so that a row computed inside the seed cell is stored like a glued one.
+VALUES_KEY = "seed_values"
 #: The glue key under which a build records how each claim fared in each
 #: run, for the book's evidence page (only builds glue it, not seed runs).
 CHECK_KEY = "seed_check"
@@ -510,6 +513,10 @@ def seed_section(
         "modules": provenance.loaded_modules(),
     }
     glue(PROVENANCE_KEY, json.dumps(recorded, sort_keys=True))
+    glue(
+        VALUES_KEY,
+        json.dumps({key: float(current[key]) for key in rows.values()}),
+    )
     if in_seed_run():
         return None
 
