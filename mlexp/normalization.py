@@ -62,6 +62,7 @@ __all__ = [
     "OUTCOMES",
     "classify_run",
     "time_in_turns",
+    "times_in_turns",
     "norm_times",
 ]
 
@@ -377,27 +378,43 @@ def classify_run(
     return "trained" if final < unigram else "stalled"
 
 
-def time_in_turns(
+def times_in_turns(
     runs: Mapping[str, Callable[[], object]],
     repeats: int = 20,
     warmup: int = 3,
-) -> dict[str, float]:
-    """Median seconds of each function in ``runs``, called in turns (one
-    call of each, then the next round), so that a machine whose speed
-    drifts slows all of them alike. ``warmup`` rounds are not timed."""
+) -> dict[str, list[float]]:
+    """Seconds of every timed call of each function in ``runs``, called in
+    turns: one call of each per round, so that a machine whose speed drifts
+    slows all of them alike, and each round starting one function later, so
+    that none is always first or last. ``warmup`` rounds are not timed."""
     if repeats < 1 or warmup < 0:
         raise ValueError(
             f"repeats={repeats} must be at least 1 and warmup={warmup} at "
             "least 0"
         )
-    times: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(warmup + repeats):
-        for name, run in runs.items():
+        k = round_ % len(names)
+        for name in names[k:] + names[:k]:
             start = time.perf_counter()
-            run()
+            runs[name]()
             if round_ >= warmup:
                 times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def time_in_turns(
+    runs: Mapping[str, Callable[[], object]],
+    repeats: int = 20,
+    warmup: int = 3,
+) -> dict[str, float]:
+    """Median seconds of each function in ``runs``, timed in turns
+    (:func:`times_in_turns`)."""
+    return {
+        name: statistics.median(t)
+        for name, t in times_in_turns(runs, repeats, warmup).items()
+    }
 
 
 def norm_times(

@@ -31,6 +31,7 @@ from mlexp.normalization import (
     norm_times,
     position_leak,
     time_in_turns,
+    times_in_turns,
     unigram_loss,
     xavier_init,
 )
@@ -333,10 +334,17 @@ def test_the_margin_sets_the_band():
 
 
 def test_time_in_turns_takes_turns_and_medians():
+    """One call of each per round, the first place passing round: a variant timed always first
+    (or last) would carry the order's cost alone."""
     calls = []
     times = time_in_turns({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1)
-    assert calls == ["a", "b"] * 4
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+
+
+def test_times_in_turns_keeps_every_timed_call():
+    times = times_in_turns({"a": lambda: None, "b": lambda: None, "c": lambda: None}, repeats=4, warmup=2)
+    assert {name: len(t) for name, t in times.items()} == {"a": 4, "b": 4, "c": 4}
 
 
 def test_norm_times_runs_forward_and_backward_at_the_threads_asked():
