@@ -56,3 +56,7 @@ def test_summary_counts_claims_and_seeds():
 
 def test_held_counts_runs():
     assert words().held(lambda v: v["c"] < v["b"]) == 2
+
+
+def test_beyond_reads_the_runs_difference():
+    assert words().beyond("a", "b") and not words().beyond("c", "b")

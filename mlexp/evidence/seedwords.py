@@ -76,6 +76,10 @@ class SeedWords:
         """In how many of the runs ``test`` held."""
         return sum(bool(test(v)) for v in self.runs.values())
 
+    def beyond(self, a: str, b: str) -> bool:
+        """Whether key ``a`` minus key ``b`` is beyond the seed spread."""
+        return beyond_spread([v[a] - v[b] for v in self.runs.values()])
+
     def gap(self, a: str, b: str, lower: str | None = None) -> str:
         """Key ``a`` minus key ``b``: mean ± sd across the runs and whether
         it is beyond the seed spread; with ``lower``, the name of ``a`` and
@@ -84,7 +88,7 @@ class SeedWords:
         if self.n == 1:
             return f"{d[0]:+.3f}"
         m, s = mean_sd(d)
-        where = "beyond" if beyond_spread(d) else "within"
+        where = "beyond" if self.beyond(a, b) else "within"
         count = (
             f"{lower} lower in {sum(x < 0 for x in d)} of {self.n}, "
             if lower
