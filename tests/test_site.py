@@ -266,6 +266,18 @@ def test_no_citation_names_its_authors_twice(pages, name):
     assert not doubled, doubled
 
 
+# "ended lower in 1 of 3 seeds (MoE minus MoE α=0 +0.010 ± 0.015, MoE lower in 1 of 3, ...)":
+# a count of seeds followed by a bracket that counts them again.
+COUNT_TWICE = re.compile(r"in \d+ of \d+ (?:seeds?|runs?) \([^()]*\blower in \d+ of \d+")
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_a_count_of_seeds_is_said_once(pages, name):
+    """A sentence that counts the seeds where something held gives the gap in its bracket, not the count again."""
+    repeated = [m.group(0) for m in COUNT_TWICE.finditer(article_text(pages[name]))]
+    assert not repeated, repeated
+
+
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_the_seed_section_says_where_its_numbers_were_made(pages, name):
     """Which machines made the numbers is the seed table's caption, not a sentence of prose."""
