@@ -413,6 +413,30 @@ def test_the_frequency_baseline_is_scored_on_the_validation_text(pages):
 
 
 
+def seed_rows(page: BeautifulSoup) -> dict[str, list[str]]:
+    """The seed table's rows: each run's value by row name, in seed order."""
+    table = page.select_one("section#across-three-seeds table")
+    rows = {}
+    for tr in table.select("tbody tr"):
+        cells = [td.get_text(" ", strip=True) for td in tr.select("td")]
+        rows[cells[0]] = [x.strip() for x in cells[-1].split("/")]
+    return rows
+
+
+def test_chapter_six_counts_over_the_seeds_what_its_table_shows(pages):
+    """The post-mortem once called the placements' losses at 3e-3 "from one run" beside a seed
+    table that holds three: where the prose counts the seeds, the count is the table's."""
+    page = pages["part1/chapter06"]
+    rows, text = seed_rows(page), article_text(page)
+    post_minus_pre = rows["post-norm minus pre-norm, 3e-3"]
+    below = sum(float(x) < 0 for x in post_minus_pre)
+    n = len(post_minus_pre)
+    assert f"post-norm ended below pre-norm in {below} of {n} seeds" in text
+    trained = [sum(float(x) == 0 for x in rows[f"outcome: output norm, {lr}"]) for lr in ("3e-3", "1e-2")]
+    assert f"output-norm stack trained at 0.003 in {trained[0]} of {n} seeds and at 0.01 in {trained[1]}" in text
+    assert "from one run" not in text
+
+
 def recorded_claims(name: str) -> list[str] | None:
     """The claims a chapter's build recorded (myst-nb's glue file beside the executed notebook),
     or None for a chapter without a seed section."""
