@@ -437,6 +437,23 @@ def test_chapter_six_counts_over_the_seeds_what_its_table_shows(pages):
     assert "from one run" not in text
 
 
+def test_chapter_six_says_of_the_default_init_what_its_gradient_table_shows(pages):
+    """The page once put the default initialization's late gap down to the stream alone ("the
+    same shape appears deeper"), while its table showed post-norm's own gradient jumping between
+    the two deepest stacks. The sentence that says so must stay true of the printed table."""
+    import math
+
+    page = pages["part1/chapter06"]
+    table = next(pre.get_text() for pre in page.select("article div.cell_output pre")
+                 if "gradient norm of the last block's FFN output weight at init" in pre.get_text())
+    rows = [line.split() for line in table.splitlines() if re.match(r"\s*\d+\s+0\.", line)]
+    (pre16, post16), (pre32, post32) = [(float(r[1]), float(r[2])) for r in rows[-2:]]
+    text = article_text(page)
+    assert "the same shape appears deeper" not in text
+    assert "post-norm’s own gradient moved at least as much as pre-norm’s" in text
+    assert abs(math.log(post32 / post16)) >= abs(math.log(pre32 / pre16))
+
+
 def recorded_claims(name: str) -> list[str] | None:
     """The claims a chapter's build recorded (myst-nb's glue file beside the executed notebook),
     or None for a chapter without a seed section."""
