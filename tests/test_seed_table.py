@@ -121,7 +121,7 @@ def test_timings_are_shown_but_left_out_of_the_reproduction_check(tmp_path, monk
     assert seeds.current
     caption = seeds.markdown.splitlines()[0]
     assert "reproduces the stored run with seed offset 0 to three decimals" in caption
-    assert "The 1 rows of timings vary from run to run" in caption
+    assert "The row of timings varies from run to run even on one machine, so that check leaves it out" in caption
     assert rows_of(seeds.markdown)["ms per step"][0] == "230.100"
 
     moved = mlexp.seed_section("book/part1/chapter.ipynb", rows, {**slower, "loss_a": 1.85},
@@ -139,3 +139,29 @@ def test_without_a_stored_run_of_its_offset_the_caption_names_this_pages_column(
     caption = mlexp.seed_section("book/part1/chapter.ipynb", ROWS, THIS).markdown.splitlines()[0]
     assert "The column of seed offset 0 is this page's own run." in caption
     assert "reproduce" not in caption
+
+
+def test_a_row_of_outcome_codes_shows_their_names_counted(tmp_path, monkeypatch):
+    """"1.0 ± 1.7" for codes 3 / 0 / 0 is a mean of categories: the row names each outcome and
+    counts it across the seeds."""
+    stored = {0: {"loss": 1.9, "fate": 3.0}, 1: {"loss": 1.8, "fate": 0.0}, 2: {"loss": 1.7, "fate": 0.0}}
+    store_runs(tmp_path, monkeypatch, stored)
+    rows = {"validation loss": "loss", "outcome": "fate"}
+    names = ["trained", "collapsed", "stalled", "diverged"]
+    seeds = mlexp.seed_section("book/part1/chapter.ipynb", rows, stored[0], coded={"fate": names})
+    assert rows_of(seeds.markdown)["outcome"] == [
+        "diverged", "trained in 2 of 3, diverged in 1 of 3", "diverged / trained / trained"]
+    same = {o: {**v, "fate": 1.0} for o, v in stored.items()}
+    store_runs(tmp_path, monkeypatch, same)
+    seeds = mlexp.seed_section("book/part1/chapter.ipynb", rows, same[0], coded={"fate": names})
+    assert rows_of(seeds.markdown)["outcome"][1] == "collapsed in every seed"
+
+
+def test_coded_rows_must_be_rows_and_hold_codes(tmp_path, monkeypatch):
+    stored = {0: {"loss": 1.9, "fate": 0.5}}
+    store_runs(tmp_path, monkeypatch, stored)
+    rows = {"validation loss": "loss", "outcome": "fate"}
+    with pytest.raises(ValueError, match="not among the table's keys"):
+        mlexp.seed_section("book/part1/chapter.ipynb", rows, stored[0], coded={"fates": ["a", "b"]})
+    with pytest.raises(ValueError, match="not a code of"):
+        mlexp.seed_section("book/part1/chapter.ipynb", rows, stored[0], coded={"fate": ["a", "b"]})

@@ -37,6 +37,12 @@ def test_gap_gives_mean_sd_count_and_verdict():
     assert w.gap("c", "b", lower="C") == "-0.003 ± 0.012, C lower in 2 of 3, within the seed spread"
 
 
+def test_a_gap_just_past_the_line_says_so():
+    """-0.020 ± 0.010 is past twice its sd by a hair: "beyond" alone reads as firmer than it is."""
+    runs = {0: {"a": 0.972, "b": 1.0}, 1: {"a": 0.977, "b": 1.0}, 2: {"a": 0.991, "b": 1.0}}
+    assert words(runs=runs).gap("a", "b") == "-0.020 ± 0.010, only just beyond the seed spread"
+
+
 def test_stale_runs_leave_only_this_pages_run():
     w = words(current=False)
     assert w.n == 1 and w.runs == {0: RUNS[0]}

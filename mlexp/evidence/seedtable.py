@@ -50,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import torch
 
@@ -212,18 +212,44 @@ def _numbers(
 
 
 def _row(
-    label: str, column: list[float], this: float, signed: bool = False
+    label: str,
+    column: list[float],
+    this: float,
+    signed: bool = False,
+    names: Sequence[str] | None = None,
 ) -> list[str]:
     """One row's cells after its label: this page's value, the summary
     over seeds, each seed's value.
 
-    A label ending in "?" asks a yes/no question (values 1 and 0), counted
-    across the seeds; a row whose every value is a whole number (a count of
-    bytes, say) is printed as integers; the rest as mean ± sd to three
-    decimals.
+    A row with ``names`` holds codes (0, 1, 2, ...) of outcomes: the mean
+    of codes means nothing, so it shows the names and counts each across
+    the seeds. A label ending in "?" asks a yes/no question (values 1 and
+    0), counted likewise; a row whose every value is a whole number (a
+    count of bytes, say) is printed as integers; the rest as mean ± sd to
+    three decimals.
     """
     n = len(column)
     number = _numbers(column, signed)
+    if names is not None:
+
+        def name(v: float) -> str:
+            if not (float(v).is_integer() and 0 <= v < len(names)):
+                raise ValueError(
+                    f"row {label!r} holds {v}, not a code of "
+                    f"{list(names)}: store 0 for {names[0]!r}, 1 for the "
+                    "next name, and so on"
+                )
+            return names[int(v)]
+
+        counts = [(c, sum(name(v) == c for v in column)) for c in names]
+        seen = [(c, k) for c, k in counts if k]
+        if n == 1:
+            summary = "—"
+        elif len(seen) == 1:
+            summary = f"{seen[0][0]} in every seed"
+        else:
+            summary = ", ".join(f"{c} in {k} of {n}" for c, k in seen)
+        return [name(this), summary, " / ".join(name(v) for v in column)]
     if label.endswith("?"):
         word = {1.0: "yes", 0.0: "no"}
         yes = sum(v == 1.0 for v in column)
@@ -251,6 +277,7 @@ def _table(
     runs: Mapping[int, Mapping[str, float]],
     offset: int,
     differences: Mapping[str, tuple[str, str]],
+    coded: Mapping[str, Sequence[str]],
 ) -> str:
     offsets = sorted(runs)
     n = len(offsets)
@@ -262,7 +289,7 @@ def _table(
     lines = [header, "|---|---|---|---|"]
     for label, key in rows.items():
         column = [runs[o][key] for o in offsets]
-        cells = _row(label, column, runs[offset][key])
+        cells = _row(label, column, runs[offset][key], names=coded.get(key))
         lines.append(f"| {label} | {' | '.join(cells)} |")
     # A difference is taken within each run, so its spread is the one a
     # claim about the difference must clear.
@@ -473,6 +500,7 @@ def seed_section(
     device: str | torch.device | None = None,
     differences: Mapping[str, tuple[str, str]] | None = None,
     timed: Collection[str] = (),
+    coded: Mapping[str, Sequence[str]] | None = None,
 ) -> SeedSection | None:
     """Build a chapter's seed table and check its claims; ``None`` in a seed
     run.
@@ -491,7 +519,18 @@ def seed_section(
     ``timed`` lists the keys of rows that are wall-clock timings. They vary
     from run to run on one machine, so the check that this build reproduces
     its offset's stored run leaves them out, and the caption says so.
+
+    ``coded`` maps the keys of rows that hold codes of outcomes (0 for the
+    first name, 1 for the next, ...) to those names, so that the table
+    shows "trained in 2 of 3, diverged in 1 of 3", not a mean of codes.
     """
+    coded = dict(coded or {})
+    unknown = sorted(set(coded) - set(rows.values()))
+    if unknown:
+        raise ValueError(
+            f"coded rows {unknown} are not among the table's keys; pass "
+            "the glue keys of rows in `rows` that hold codes of outcomes"
+        )
     device = default_device(device)
     local = pathlib.Path(notebook).name
     here = {
@@ -527,7 +566,7 @@ def seed_section(
         stored = []
     a = assess(here, rows, current, stored, offset, timed)
     label = {key: name for name, key in rows.items()}
-    table = _table(rows, a.runs, offset, differences or {})
+    table = _table(rows, a.runs, offset, differences or {}, coded)
     # Which machines made the numbers, what changed since and how closely
     # this build reproduced them go in the table's caption; what a reader
     # must act on (no comparable runs, stale data) in an admonition below.
@@ -603,6 +642,9 @@ def seed_section(
                     f" The {len(timed)} rows of timings vary from run to "
                     "run even on one machine, so that check leaves them "
                     "out."
+                    if len(timed) > 1
+                    else " The row of timings varies from run to run even "
+                    "on one machine, so that check leaves it out."
                 )
 
     # How each claim fared in each run, recorded for the book's evidence

@@ -27,6 +27,11 @@ RULE = (
 )
 
 
+#: Under this many standard deviations a gap past the rule's two is said
+#: to be "only just beyond" the seed spread.
+JUST = 2.5
+
+
 def beyond_spread(differences: list[float]) -> bool:
     """Whether a difference is beyond the seed spread: the same sign in
     every run and a mean more than twice its standard deviation.
@@ -88,7 +93,10 @@ class SeedWords:
         if self.n == 1:
             return f"{d[0]:+.3f}"
         m, s = mean_sd(d)
-        where = "beyond" if self.beyond(a, b) else "within"
+        where = "within"
+        if self.beyond(a, b):
+            # past the line, but not by much: a reader should know
+            where = "only just beyond" if abs(m) < JUST * s else "beyond"
         count = (
             f"{lower} lower in {sum(x < 0 for x in d)} of {self.n}, "
             if lower
