@@ -88,13 +88,15 @@ def _train_one(
     return history, model.state_dict()
 
 
-def _pickled(models: dict[str, nn.Module]) -> dict[str, bytes] | None:
-    """Each model as bytes for a fresh process, or None if one cannot go (a
-    notebook's class)."""
+def _sendable(obj) -> bytes | None:
+    """``obj`` as bytes a spawned worker can load, or None if it cannot go:
+    a lambda, or a class or function defined in a notebook (pickle names
+    it as ``__main__``'s, which the worker's ``__main__`` does not have)."""
     try:
-        return {name: pickle.dumps(model) for name, model in models.items()}
+        data = pickle.dumps(obj)
     except (pickle.PicklingError, AttributeError, TypeError):
         return None
+    return None if b"__main__" in data else data
 
 
 def train_side_by_side(
@@ -109,11 +111,12 @@ def train_side_by_side(
     """Train each model with ``train_lm`` and return their histories under
     the same names.
 
-    ``train_ids`` and ``val_ids`` are one split for every model or, for
-    models that read the text through different tokenizers, a mapping from
-    each model's name to its own split; ``steps`` and ``batch_size`` are
-    one number or, for models compared at equal text read rather than equal
-    steps, a mapping from each name to its own.
+    Every argument of ``train_lm`` is one value for all models or a
+    mapping from each model's name to its own: the split (models that read
+    the text through different tokenizers), ``steps`` and ``batch_size``
+    (models compared at equal text read rather than equal steps), and the
+    recipe a Part II chapter varies (``objective``, ``optimizer``,
+    ``schedule``, ``init``, ``start``, ...).
 
     On a CPU, the models train in worker processes, as many at a time as
     PyTorch has threads (see ``cpu_budget``), each worker with ``threads //
@@ -121,24 +124,50 @@ def train_side_by_side(
     Each worker holds its own PyTorch, about 0.6 GB while it trains a
     6-block model of Chapter 1. On a GPU, with one thread, or when a model
     cannot be sent to another process, the models train one after another in
-    this process.
+    this process; so do runs with anything a spawned worker cannot load (a
+    lambda or a class defined in the notebook: pass the recipe's parts from
+    ``mlexp`` to train side by side).
     """
-    kwargs = dict(train_kwargs, block_size=block_size)
-    workers, threads = plan_workers(len(models), cpu_budget())
-    on_cpu = default_device(kwargs.get("device")).type == "cpu"
-    pickled = _pickled(models) if on_cpu and workers > 1 else None
+    per_run = dict(train_kwargs, block_size=block_size, steps=steps)
+    if batch_size is not None:  # else train_lm's own default
+        per_run["batch_size"] = batch_size
+    for key, value in [("train_ids", train_ids), ("val_ids", val_ids)]:
+        per_run[key] = value
+    for key, value in per_run.items():
+        missing = (
+            models.keys() - value if isinstance(value, Mapping) else ()
+        )
+        if missing:
+            raise ValueError(
+                f"{key} is given per model but not for {sorted(missing)}: "
+                "give every model its own value, or one value for all"
+            )
 
-    def own(name: str, value):
-        return value[name] if isinstance(value, Mapping) else value
+    def own(name: str) -> dict:
+        """Model ``name``'s arguments to ``train_lm``."""
+        return {
+            key: value[name] if isinstance(value, Mapping) else value
+            for key, value in per_run.items()
+        }
 
     def split(name: str) -> tuple[Tensor, Tensor]:
-        return own(name, train_ids), own(name, val_ids)
+        run = own(name)
+        return run.pop("train_ids"), run.pop("val_ids")
 
     def run_kwargs(name: str) -> dict:
-        run = dict(kwargs, steps=own(name, steps))
-        if batch_size is not None:  # else train_lm's own default
-            run["batch_size"] = own(name, batch_size)
+        run = own(name)
+        del run["train_ids"], run["val_ids"]
         return run
+
+    workers, threads = plan_workers(len(models), cpu_budget())
+    on_cpu = default_device(per_run.get("device")).type == "cpu"
+    pickled = None
+    if on_cpu and workers > 1:
+        pickled = {name: _sendable(model) for name, model in models.items()}
+        sendable = all(pickled.values()) and all(
+            _sendable(run_kwargs(name)) for name in models
+        )
+        pickled = pickled if sendable else None
 
     if pickled is None:
         return {

@@ -1,9 +1,13 @@
 """``train_lm``: the short training loop every chapter uses to compare its
 models.
 
-One fixed recipe (AdamW, linear warm-up then cosine decay, gradient
-clipping), so that when a chapter changes one block, the block is the only
-thing that changed. Batches and evaluation windows are drawn from generators
+Part I holds one recipe fixed (cross-entropy, AdamW, linear warm-up then
+cosine decay, gradient clipping, PyTorch's initialization), so that when a
+chapter changes one block, the block is the only thing that changed. Part
+II changes the recipe instead: each part of it is passed in, from the
+modules named after it (``mlexp.loss``, ``mlexp.optimizers``,
+``mlexp.schedules``, ``mlexp.initialization``), and the defaults are Part
+I's, bit for bit. Batches and evaluation windows are drawn from generators
 seeded through :mod:`mlexp.training.seeds`.
 """
 
@@ -11,11 +15,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Collection
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..loss import CrossEntropy, auxiliary_loss
+from ..optimizers import AdamW
+from ..schedules import WarmupCosine
+from .checkpoint import Checkpoint, check_resumable, take_checkpoint
+from .measure import Measure
 from .precision import arithmetic
 from .seeds import shifted
 
@@ -69,20 +79,6 @@ def evaluation_starts(
     }
 
 
-def _lr_at(
-    step: int, steps: int, lr: float, warmup: int, min_ratio: float = 0.1
-) -> float:
-    """Linear warm-up, then cosine decay to ``min_ratio * lr`` at the last
-    step."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return lr * (
-        min_ratio
-        + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-    )
-
-
 def train_lm(
     model: nn.Module,
     train_ids: Tensor,
@@ -99,16 +95,52 @@ def train_lm(
     eval_batches: int = 16,
     seed: int = 0,
     device: str | torch.device | None = None,
+    objective: nn.Module | None = None,
+    optimizer: Callable[[nn.Module], torch.optim.Optimizer] | None = None,
+    schedule: Callable[[int, int, float], float] | None = None,
+    init: Callable[[nn.Module], object] | None = None,
+    clip: float | None = 1.0,
+    measure: Measure | None = None,
+    save_at: Collection[int] = (),
+    start: Checkpoint | None = None,
 ) -> dict[str, list]:
     """Train a language model with next-token prediction and return its loss
     history.
 
-    Evaluates the mean loss on fixed windows of the training and validation
-    text at step 0, every ``eval_every`` steps and at the end. Returns a
-    dict of lists: ``step``, ``train``, ``val``, ``time`` (seconds since the
-    start) and ``eval_time`` (seconds that evaluation took), one entry per
-    evaluation. The model stays on ``device`` (CUDA when available) and
-    remembers ``block_size`` as its context length.
+    The recipe is passed in, one part each, the way a chapter passes a part
+    of the block into the model; left out, each part is Part I's:
+
+    - ``objective(logits, targets)``, the loss to minimize (default
+      :class:`mlexp.loss.CrossEntropy`), plus whatever auxiliary loss the
+      model's modules record (:func:`mlexp.loss.auxiliary_loss`);
+    - ``optimizer(model)``, a factory whose parameter groups carry their
+      own base rates (default :class:`mlexp.optimizers.AdamW` with ``lr``
+      and ``weight_decay``);
+    - ``schedule(step, steps, base_lr)``, each group's rate at each update
+      from its own base rate (default
+      :class:`mlexp.schedules.WarmupCosine` with ``warmup``);
+    - ``init(model)``, applied before the optimizer is built (default:
+      PyTorch's own initialization); a run started from a checkpoint
+      skips it;
+    - ``clip``, the largest gradient norm (None: no clipping).
+
+    ``measure`` takes per-step measurements (``before(step, model)`` and
+    ``after(step, model, logits, loss)``, which returns a dict of numbers
+    or None); ``save_at`` lists the steps after which to keep a
+    :class:`~mlexp.training.checkpoint.Checkpoint`; ``start`` continues a
+    run from one.
+
+    Evaluates the mean cross-entropy (never the training objective) on
+    fixed windows of the training and validation text at the first step,
+    every ``eval_every`` steps and at the end. Returns a dict of lists, one
+    entry per evaluation: ``step``, ``train``, ``val``, ``time`` (seconds
+    since the start) and ``eval_time`` (seconds that evaluation took); one
+    entry per update: ``lr`` (every group's rate) and ``batch_loss`` (the
+    objective on that update's batch); ``measures`` (``{"step": ...,
+    **values}`` for each update the measure returned numbers for) and
+    ``checkpoints`` (step -> Checkpoint). The model stays on ``device``
+    (CUDA when available) and remembers ``block_size`` as its context
+    length.
     """
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
         if ids.dim() != 1 or len(ids) <= block_size:
@@ -122,29 +154,38 @@ def train_lm(
             f"steps={steps} and eval_every={eval_every} must both be at "
             "least 1"
         )
+    save_at = sorted(set(save_at))
+    if save_at and not 1 <= save_at[0] <= save_at[-1] <= steps:
+        raise ValueError(
+            f"save_at={save_at}: a checkpoint is taken after an update, "
+            f"so give steps from 1 to {steps}"
+        )
 
     device = default_device(device)
-    on_cuda = device.type == "cuda"
     model.to(device)
     model.context_length = block_size
     train_ids, val_ids = train_ids.to(device), val_ids.to(device)
 
-    # Decay the matrices, not the gains of the norms.
+    objective = CrossEntropy() if objective is None else objective
+    schedule = WarmupCosine(warmup) if schedule is None else schedule
+    if start is None and init is not None:
+        init(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {
-            "params": [p for p in params if p.dim() >= 2],
-            "weight_decay": weight_decay,
-        },
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW(
-        groups, lr=lr, betas=(0.9, 0.99), fused=on_cuda or None
-    )
-
+    if optimizer is None:
+        optimizer = AdamW(lr, weight_decay=weight_decay)
+    optimizer = _built(optimizer, model)
+    rates = _rates(schedule, steps, optimizer)
+    first = 0
     batch_gen = torch.Generator(device="cpu").manual_seed(
         shifted(BATCH_SEED)
     )
+    if start is not None:
+        check_resumable(start, model, optimizer, steps, rates)
+        model.load_state_dict(start.weights)
+        optimizer.load_state_dict(start.optimizer)
+        batch_gen.set_state(start.sampler)
+        first = start.step
+
     eval_starts = {
         split: starts.to(device)
         for split, starts in evaluation_starts(
@@ -173,14 +214,18 @@ def train_lm(
         "val": [],
         "time": [],
         "eval_time": [],
+        "lr": rates[first:],
+        "measures": [],
     }
-    start = time.perf_counter()
+    checkpoints: dict[int, Checkpoint] = {}
+    batch_losses: list[Tensor] = []
+    start_time = time.perf_counter()
 
     def record(step: int) -> None:
         eval_start = time.perf_counter()
         losses = evaluate()
         now = time.perf_counter()
-        elapsed = now - start
+        elapsed = now - start_time
         history["step"].append(step)
         history["train"].append(losses["train"])
         history["val"].append(losses["val"])
@@ -194,24 +239,91 @@ def train_lm(
             )
 
     def train_step(step: int) -> None:
-        for group in optimizer.param_groups:
-            group["lr"] = _lr_at(step, steps, lr, warmup)
+        for group, rate in zip(optimizer.param_groups, rates[step]):
+            group["lr"] = rate
         starts = torch.randint(
             len(train_ids) - block_size, (batch_size,), generator=batch_gen
         ).to(device)
         x, y = windows(train_ids, starts, block_size)
-        _, loss = model(x, y)
+        if measure is not None:
+            measure.before(step, model)
+        logits, _ = model(x)
+        loss = objective(logits, y) + auxiliary_loss(model)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip)
         optimizer.step()
+        batch_losses.append(loss.detach())
+        if measure is not None:
+            values = measure.after(step, model, logits, loss)
+            if values:
+                history["measures"].append({"step": step, **values})
 
     # float32 on every device: see mlexp.training.precision
     with arithmetic(device).context():
         model.train()
-        record(0)
-        for step in range(steps):
+        record(first)
+        for step in range(first, steps):
             train_step(step)
+            if step + 1 in save_at:
+                checkpoints[step + 1] = take_checkpoint(
+                    step + 1, model, optimizer, batch_gen, rates
+                )
             if (step + 1) % eval_every == 0 or step + 1 == steps:
                 record(step + 1)
+    history["batch_loss"] = torch.stack(batch_losses).tolist()
+    history["checkpoints"] = checkpoints
     return history
+
+
+def _built(
+    factory: Callable[[nn.Module], torch.optim.Optimizer], model: nn.Module
+) -> torch.optim.Optimizer:
+    """The factory's optimizer, refused before any training if it is not
+    one or leaves some of the model's parameters out."""
+    optimizer = factory(model)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"the optimizer factory {factory!r} returned a "
+            f"{type(optimizer).__name__}; it must build and return a "
+            "torch.optim.Optimizer over the model's parameters"
+        )
+    covered = {
+        id(p) for group in optimizer.param_groups for p in group["params"]
+    }
+    left_out = [
+        name
+        for name, p in model.named_parameters()
+        if p.requires_grad and id(p) not in covered
+    ]
+    if left_out:
+        raise ValueError(
+            f"the optimizer from {factory!r} leaves {len(left_out)} "
+            f"trainable parameters out ({', '.join(left_out[:3])}, ...): "
+            "put every parameter in a group, or freeze it with "
+            "requires_grad_(False)"
+        )
+    return optimizer
+
+
+def _rates(
+    schedule: Callable[[int, int, float], float],
+    steps: int,
+    optimizer: torch.optim.Optimizer,
+) -> list[list[float]]:
+    """Every group's rate at every update, from the rate the optimizer
+    factory gave the group, checked before the first update."""
+    base = [group["lr"] for group in optimizer.param_groups]
+    rates = [
+        [schedule(step, steps, b) for b in base] for step in range(steps)
+    ]
+    for step, row in enumerate(rates):
+        for rate in row:
+            if not (math.isfinite(rate) and rate >= 0):
+                raise ValueError(
+                    f"the schedule {schedule!r} gives the rate {rate} at "
+                    f"step {step} of {steps}; a rate must be a finite "
+                    "number of at least 0"
+                )
+    return rates
