@@ -24,15 +24,15 @@ class WarmupCosine:
     Part I run (40 steps, a floor of a tenth).
 
     Warm-up keeps Adam's first updates small while its running averages
-    of the gradient still rest on a handful of batches; the cosine shrinks
-    the steps as the loss flattens, so noise stops undoing progress.
+    of the gradient still rest on a handful of batches (``warmup=0``
+    starts at the full rate); the cosine shrinks the steps as the loss
+    flattens, so noise stops undoing progress.
     """
 
     def __init__(self, warmup: int = 40, floor: float = 0.1):
-        if warmup < 1:
+        if warmup < 0:
             raise ValueError(
-                f"warmup={warmup}: give at least 1 step (1 starts at the "
-                "full rate)"
+                f"warmup={warmup}: give a number of steps, 0 for no warm-up"
             )
         if not 0.0 <= floor <= 1.0:
             raise ValueError(

@@ -41,15 +41,20 @@ def same_weights(a, b):
     return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
-def test_defaults_are_part_one_loop_bit_for_bit(corpus, moe):
+@pytest.mark.parametrize(
+    "moe, settings",
+    [(False, {}), (True, {}), (False, dict(lr=1e-2, warmup=0)), (False, dict(lr=1e-3, warmup=5, batch_size=4))],
+    ids=["dense", "moe", "chapter 6's no warm-up", "chapter 3's fine-tune"],
+)
+def test_defaults_are_part_one_loop_bit_for_bit(corpus, moe, settings):
     """Part I's stored seed data rests on this: the default recipe computes exactly what the old loop did,
-    including Chapter 5's balancing loss."""
+    including Chapter 5's balancing loss and the settings Part I's chapters pass."""
     tok, train_ids, val_ids = corpus
     make_ffn = (lambda d: mlexp.MoE(d, n_experts=4, top_k=2)) if moe else None
     old_model, new_model = build(tok.vocab_size, make_ffn), build(tok.vocab_size, make_ffn)
-    old = part1_loop().train_lm(old_model, train_ids, val_ids, **RUN)
-    new = mlexp.train_lm(new_model, train_ids, val_ids, **RUN)
+    run = {**RUN, **settings}
+    old = part1_loop().train_lm(old_model, train_ids, val_ids, **run)
+    new = mlexp.train_lm(new_model, train_ids, val_ids, **run)
     assert new["train"] == old["train"] and new["val"] == old["val"]
     assert same_weights(old_model, new_model)
 
@@ -70,6 +75,7 @@ def test_default_schedule_keeps_part_one_arithmetic():
     old = part1_loop()._lr_at
     schedule = WarmupCosine()
     assert all(schedule(s, 600, 3e-3) == old(s, 600, 3e-3, 40) for s in range(600))
+    assert all(WarmupCosine(0)(s, 300, 1e-2) == old(s, 300, 1e-2, 0) for s in range(300))
     multiplied = [3e-3 * ((s + 1) / 40) for s in range(40)]
     assert sum(m != old(s, 600, 3e-3, 40) for s, m in enumerate(multiplied)) == 19
 
@@ -194,6 +200,11 @@ class NotANumber:
         return math.nan
 
 
+class Nothing:
+    def __call__(self, step, steps, base_lr):
+        return None
+
+
 def no_optimizer(model):
     return [p for p in model.parameters()]
 
@@ -207,8 +218,9 @@ def only_the_head(model):
     [
         (dict(schedule=Negative()), ValueError, "rate -0.003 at step 7"),
         (dict(schedule=NotANumber()), ValueError, "rate nan at step 0"),
+        (dict(schedule=Nothing()), ValueError, "rate None at step 0"),
         (dict(optimizer=no_optimizer), TypeError, "returned a list"),
-        (dict(optimizer=only_the_head), ValueError, r"leaves \d+ trainable parameters out \(embed.weight"),
+        (dict(optimizer=only_the_head), ValueError, r"leaves \d+ trainable parameters out \(embed.weight, .*, \.\.\.\)"),
         (dict(save_at=[0]), ValueError, "give steps from 1 to 24"),
         (dict(start={"step": 3}), TypeError, "pass a Checkpoint"),
     ],
@@ -232,6 +244,11 @@ def test_a_checkpoint_of_another_model_or_run_is_refused(corpus):
         mlexp.train_lm(build(tok.vocab_size), train_ids, val_ids, start=checkpoint, **{**run, "steps": 40})
     with pytest.raises(ValueError, match="none left"):
         mlexp.train_lm(build(tok.vocab_size), train_ids, val_ids, start=checkpoint, **{**run, "steps": 10})
+    model = build(tok.vocab_size)
+    before = model.head.weight.clone()
+    with pytest.raises(ValueError, match="groups its parameters or sets them differently"):
+        mlexp.train_lm(model, train_ids, val_ids, start=checkpoint, optimizer=AdamW(weight_decay=0.0), **run)
+    assert torch.equal(model.head.weight, before)  # refused before the checkpoint's weights were loaded
 
 
 @pytest.mark.parametrize(
@@ -241,7 +258,7 @@ def test_a_checkpoint_of_another_model_or_run_is_refused(corpus):
         (lambda: AdamW(lr=0.0), "must be positive"),
         (lambda: AdamW(weight_decay=-0.1), "give 0 for no decay"),
         (lambda: WarmupCosine(floor=1.5), "fraction of the peak"),
-        (lambda: WarmupCosine(warmup=0), "at least 1 step"),
+        (lambda: WarmupCosine(warmup=-1), "0 for no warm-up"),
         (lambda: Normal(std=0.0), "positive standard deviation"),
     ],
 )
@@ -262,6 +279,10 @@ def test_side_by_side_gives_each_run_its_own_recipe_in_workers(corpus, two_threa
     """Per-run schedules, optimizers and inits reach worker processes and give what each gets alone."""
     from mlexp.training.side_by_side import _sendable
 
+    from mlexp.training.side_by_side import cpu_budget, plan_workers
+
+    if plan_workers(2, cpu_budget())[0] < 2:
+        pytest.skip("one CPU: train_side_by_side has no second worker here")
     tok, train_ids, val_ids = corpus
     recipe = {
         "a": dict(schedule=WarmupCosine(4), optimizer=TwoRates(0.0), init=None),
@@ -301,3 +322,49 @@ def test_a_notebook_schedule_trains_here_instead_of_failing_in_a_worker(corpus, 
 
     assert _sendable({"schedule": lambda step, steps, lr: lr}) is None
     assert histories["a"]["lr"][0] == [1.5e-3, 1.5e-3] and histories["a"]["val"] == histories["b"]["val"]
+
+
+def test_per_model_block_size_sets_each_models_context(corpus, two_threads):
+    tok, train_ids, val_ids = corpus
+    models = {"short": build(tok.vocab_size), "long": build(tok.vocab_size)}
+    run = {k: v for k, v in RUN.items() if k not in ("device", "block_size")}
+    mlexp.train_side_by_side(models, train_ids, val_ids, block_size={"short": 8, "long": 16}, **run)
+    assert models["short"].context_length == 8 and models["long"].context_length == 16
+
+
+def test_a_notebooks_own_class_stays_in_this_process(monkeypatch):
+    """Pickle names a notebook's class as __main__'s, which a spawned worker lacks; a script's it has."""
+    import sys
+    import types
+
+    from mlexp.training.side_by_side import _sendable
+
+    notebook = types.ModuleType("__main__")
+    Schedule = type("Schedule", (), {"__module__": "__main__", "__call__": lambda self, s, n, lr: lr})
+    notebook.Schedule = Schedule
+    monkeypatch.setitem(sys.modules, "__main__", notebook)
+    assert _sendable(Schedule()) is None
+    notebook.__file__ = "script.py"
+    assert _sendable(Schedule()) is not None
+
+
+class ScaledReadout(torch.nn.Module):
+    """What a parameterization's init can swap in: the readout times a multiplier."""
+
+    def __init__(self, head, multiplier):
+        super().__init__()
+        self.head, self.multiplier = head, multiplier
+
+    def forward(self, x):
+        return self.head(x) * self.multiplier
+
+
+class ReadoutMultiplier:
+    def __call__(self, model):
+        model.head = ScaledReadout(model.head, 0.0)
+
+
+def test_init_can_swap_in_a_readout_multiplier_before_the_optimizer_is_built(corpus):
+    tok, train_ids, val_ids = corpus
+    history = mlexp.train_lm(build(tok.vocab_size), train_ids, val_ids, init=ReadoutMultiplier(), **RUN)
+    assert history["val"][0] == pytest.approx(math.log(tok.vocab_size), rel=1e-6)  # zero logits: uniform

@@ -3,9 +3,11 @@
 A checkpoint holds everything the next update depends on: the weights,
 the optimizer's state, the batch sampler's state and the rates used so
 far. A run started from it with the same settings continues exactly
-where the first run was, bit for bit; a run with another schedule
-branches from it (Chapter 10 decays several times from one long run),
-provided the two schedules agreed on every step already taken.
+where the first run was, bit for bit. A run of another length or with
+another schedule branches from it (Chapter 10 decays several times from
+one long run), and is refused only where its rates before the checkpoint
+differ from those the saved run took: then it would not continue that
+run.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Checkpoint:
     """A run after ``step`` updates."""
 
     step: int
+    steps: int  # the length of the run that saved it
     weights: dict[str, Tensor]
     optimizer: dict
     sampler: Tensor  # the batch generator's state
@@ -41,6 +44,7 @@ def take_checkpoint(
     """Copies, not references: the run goes on changing its tensors."""
     return Checkpoint(
         step=step,
+        steps=len(rates),
         weights={
             name: value.detach().clone()
             for name, value in model.state_dict().items()
@@ -86,11 +90,18 @@ def check_resumable(
             f"shapes: {resized[:3]}); start it on a model built with the "
             "same settings as the run that saved it"
         )
-    saved_groups = len(start.optimizer["param_groups"])
-    if saved_groups != len(optimizer.param_groups):
+    saved = [
+        {k: v for k, v in g.items() if k != "lr"}
+        for g in start.optimizer["param_groups"]
+    ]
+    own_groups = [
+        {k: v for k, v in g.items() if k != "lr"}
+        for g in optimizer.state_dict()["param_groups"]
+    ]
+    if saved != own_groups:
         raise ValueError(
-            f"the checkpoint's optimizer has {saved_groups} parameter "
-            f"groups and this run's has {len(optimizer.param_groups)}; "
+            "the checkpoint's optimizer groups its parameters or sets "
+            f"them differently ({saved}) from this run's ({own_groups}); "
             "resume with the optimizer factory that saved it"
         )
     for step, (old, new) in enumerate(zip(start.rates, rates)):
@@ -98,7 +109,8 @@ def check_resumable(
             raise ValueError(
                 f"at step {step} the checkpointed run used rates {old} "
                 f"and this run's schedule gives {new}: the run that saved "
-                "it had another length or schedule. Resume with the same "
-                "steps and schedule, or branch with a schedule that "
-                "agrees with it on every step before the checkpoint"
+                f"it ({start.steps} steps) had another length or "
+                "schedule. Resume with the same steps and schedule, or "
+                "branch with a schedule that agrees with it on every step "
+                "before the checkpoint"
             )

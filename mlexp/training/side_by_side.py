@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import pickle
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,12 +92,14 @@ def _train_one(
 def _sendable(obj) -> bytes | None:
     """``obj`` as bytes a spawned worker can load, or None if it cannot go:
     a lambda, or a class or function defined in a notebook (pickle names
-    it as ``__main__``'s, which the worker's ``__main__`` does not have)."""
+    it as ``__main__``'s; a spawned worker re-imports a script's
+    ``__main__`` but has no notebook's)."""
     try:
         data = pickle.dumps(obj)
     except (pickle.PicklingError, AttributeError, TypeError):
         return None
-    return None if b"__main__" in data else data
+    interactive = not hasattr(sys.modules["__main__"], "__file__")
+    return None if interactive and b"__main__" in data else data
 
 
 def train_side_by_side(
@@ -160,7 +163,10 @@ def train_side_by_side(
         return run
 
     workers, threads = plan_workers(len(models), cpu_budget())
-    on_cpu = default_device(per_run.get("device")).type == "cpu"
+    on_cpu = all(
+        default_device(own(name).get("device")).type == "cpu"
+        for name in models
+    )
     pickled = None
     if on_cpu and workers > 1:
         pickled = {name: _sendable(model) for name, model in models.items()}
@@ -195,7 +201,8 @@ def train_side_by_side(
         for name, future in futures.items():
             histories[name], weights = future.result()
             models[name].load_state_dict(weights)
-            models[name].context_length = block_size  # as train_lm sets it
+            # as train_lm sets it
+            models[name].context_length = own(name)["block_size"]
     return histories
 
 

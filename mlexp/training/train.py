@@ -14,6 +14,7 @@ seeded through :mod:`mlexp.training.seeds`.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Collection
 
@@ -300,7 +301,8 @@ def _built(
     if left_out:
         raise ValueError(
             f"the optimizer from {factory!r} leaves {len(left_out)} "
-            f"trainable parameters out ({', '.join(left_out[:3])}, ...): "
+            f"trainable parameters out ({', '.join(left_out[:3])}"
+            f"{', ...' if len(left_out) > 3 else ''}): "
             "put every parameter in a group, or freeze it with "
             "requires_grad_(False)"
         )
@@ -320,7 +322,8 @@ def _rates(
     ]
     for step, row in enumerate(rates):
         for rate in row:
-            if not (math.isfinite(rate) and rate >= 0):
+            number = isinstance(rate, numbers.Real)
+            if not (number and math.isfinite(rate) and rate >= 0):
                 raise ValueError(
                     f"the schedule {schedule!r} gives the rate {rate} at "
                     f"step {step} of {steps}; a rate must be a finite "
