@@ -111,7 +111,7 @@ def glue_output(modules: list[str] | None) -> nbformat.NotebookNode:
 
 
 def build(monkeypatch, clone: Checkout, cache_dir: pathlib.Path,
-          modules: dict[str, list[str] | None] = MODULES) -> set[str]:
+          modules: dict[str, list[str] | None] = MODULES, warnings: int = 0) -> set[str]:
     """One ``jupyter-book build`` of ``clone``; returns the chapters it executed.
 
     A checkout's first build reads every document; later ones read what Sphinx finds changed
@@ -125,7 +125,8 @@ def build(monkeypatch, clone: Checkout, cache_dir: pathlib.Path,
         clone.env = types.SimpleNamespace(mystnb_config=types.SimpleNamespace(output_folder=str(output)))
     env = clone.env
     config = types.SimpleNamespace(nb_execution_mode="cache", nb_execution_cache_path=str(cache_dir))
-    app = types.SimpleNamespace(config=config, outdir=str(build_dir / "html"), srcdir=str(root / "book"), env=env)
+    app = types.SimpleNamespace(config=config, outdir=str(build_dir / "html"), srcdir=str(root / "book"), env=env,
+                                _warncount=warnings, keep_going=True)  # as -W --keep-going sets it
 
     ext.check_cached_runs(app)  # builder-inited
     docnames = sorted(added | set(ext.chapters_to_read(app, env, added, set(), set())))  # env-get-outdated
@@ -247,18 +248,22 @@ def test_a_chapter_without_a_module_list_depends_on_every_mlexp_file(monkeypatch
 
 
 def test_a_run_cached_without_a_record_of_its_inputs_runs_again(monkeypatch, tmp_path, corpus, log):
-    """A build that stopped before its end cached runs without recording their inputs."""
+    """A build that stopped before its end cached runs without recording their inputs. (The
+    execution record would stand in for them; a cold build ignores it.)"""
     clone, cache_dir = checkout(tmp_path / "clone"), tmp_path / "cache"
     build(monkeypatch, clone, cache_dir)
+    monkeypatch.setenv(ext.COLD_ENV, "1")
     (cache_dir / ext.STAMP).unlink()
     assert build(monkeypatch, clone, cache_dir) == {"part1/chapter01", "part1/chapter02"}
     assert build(monkeypatch, clone, cache_dir) == set()
 
 
 def test_an_empty_cache_folder_runs_every_chapter_in_a_built_checkout(monkeypatch, tmp_path, corpus, log):
-    """Sphinx reads again only changed documents; the extension marks the uncached chapters."""
+    """Sphinx reads again only changed documents; the extension marks the uncached chapters.
+    (With the execution record the chapters would be taken from it; a cold build ignores it.)"""
     clone = checkout(tmp_path / "clone")
     build(monkeypatch, clone, tmp_path / "cache")
+    monkeypatch.setenv(ext.COLD_ENV, "1")
     shutil.rmtree(tmp_path / "cache")
     assert build(monkeypatch, clone, tmp_path / "cache") == {"part1/chapter01", "part1/chapter02"}
     assert "part1/chapter01.ipynb runs: the execution cache holds no run of its code cells" in log.lines

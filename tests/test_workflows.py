@@ -6,7 +6,8 @@
 - the workflow token is read-only by default: only the Pages deploy job (pages, id-token)
   and the seed-runs merge job (contents, pull-requests) may write;
 - no run: script writes an untrusted expression into the shell (inputs go through env:);
-- the weekly cold build restores no execution cache and names no cache folder.
+- the weekly cold build restores no execution cache, names no cache folder and ignores the
+  execution record (MLEXP_COLD_BUILD=1).
 """
 
 from __future__ import annotations
@@ -159,3 +160,6 @@ def test_the_cold_build_runs_weekly_from_scratch():
     build = [i for i, run in enumerate(scripts) if "jupyter-book build book/ -W --keep-going" in run]
     tests = [i for i, run in enumerate(scripts) if run.strip() == "python -m pytest"]
     assert build and tests and build[0] < tests[0], "README command 1, then the tests"
+    cold = [step.get("env", {}).get("MLEXP_COLD_BUILD") for step in steps
+            if "jupyter-book build" in step.get("run", "")]
+    assert cold == ["1"], "the cold build must ignore the execution record (MLEXP_COLD_BUILD=1)"

@@ -20,6 +20,10 @@ every build, so it always reports the latest runs. At read time the directive re
 label per chapter, ``evidence-<docname with dashes>``, so that a chapter links to its part of
 the page with ``{ref}``.
 
+Each chapter's part also says where the run its page shows came from: made by this build, by
+an earlier build on this machine (the execution cache), or taken from the book's execution
+record, and on which machine and when (``book/_ext/execution_fingerprint.py`` finds it).
+
 A claim that a run contradicts fails the chapter's own build already; the page also logs it
 as a warning, which ``-W`` turns into a failed build.
 """
@@ -245,8 +249,10 @@ def gather(app: Sphinx) -> list:
         glued = evidencepage.read_glue(output.joinpath(*docname.split("/")).with_suffix(".glue.json"))
         stored = json.loads(seeds_file(source).read_text())["runs"] if seeds_file(source).is_file() else []
         seconds, when = execution(env, docname, glued)
+        # where the run came from, as the execution extension found it (none without it)
+        origin = getattr(env, "mlexp_run_origins", {}).get(docname)
         chapter = evidencepage.chapter_evidence(
-            docname, glued, stored, seconds, markers.get(docname, {}), when)
+            docname, glued, stored, seconds, markers.get(docname, {}), when, origin)
         if chapter is None:
             if stored:
                 logger.warning("%s has stored seed runs but this build recorded no seed section",
@@ -388,13 +394,21 @@ def chapter_content(app: Sphinx, fromdoc: str, chapter) -> list[nodes.Node]:
     else:
         section += nodes.paragraph("", "No seed runs stored yet.")
     machine = chapter.assessment.this_name
-    build = nodes.paragraph(classes=["evidence-build"])
-    build += nodes.Text(
-        f"This build: {machine}, seed offset {chapter.assessment.offset}, executed in "
-        f"{_duration(chapter.exec_seconds)}"
-        + (f" (run made {chapter.exec_date})" if chapter.exec_date else "")
-        + ". Largest distance from the stored run of the same "
-        f"offset: {chapter.drift}.")
+    source = (chapter.origin or {}).get("source", "unknown")
+    build = nodes.paragraph(classes=["evidence-build", f"evidence-origin-{source}"])
+    if chapter.made:
+        # where the page's run came from: this build, this machine's cache or the book's record
+        build += nodes.Text(
+            f"This page's run: {machine}, seed offset {chapter.assessment.offset}, "
+            f"{chapter.made}. Largest distance from the stored run of the same "
+            f"offset: {chapter.drift}.")
+    else:
+        build += nodes.Text(
+            f"This build: {machine}, seed offset {chapter.assessment.offset}, executed in "
+            f"{_duration(chapter.exec_seconds)}"
+            + (f" (run made {chapter.exec_date})" if chapter.exec_date else "")
+            + ". Largest distance from the stored run of the same "
+            f"offset: {chapter.drift}.")
     section += build
     return list(section.children)
 

@@ -101,6 +101,12 @@ class ChapterEvidence:
     # made (earlier than the build when it came from the execution cache)
     exec_seconds: float | None = None
     exec_date: str | None = None
+    # where the page's run came from (book/_ext/execution_fingerprint.py):
+    # "source" is "build" (this build executed it), "cache" (an earlier
+    # build on this machine) or "record" (the book's execution record), with
+    # the "machine", "date", "commit" and "execution_seconds" it was made
+    # with; None where the build did not say
+    origin: Mapping[str, object] | None = None
 
     @property
     def current(self) -> bool:
@@ -157,6 +163,36 @@ class ChapterEvidence:
         )
 
     @property
+    def made(self) -> str:
+        """Where and when the page's run was made, and whether this build
+        made it or took it from the execution cache or record, in words
+        ("" when the build did not say)."""
+        origin = self.origin
+        if not origin:
+            return ""
+        day = _day(origin.get("date"))
+        machine = origin.get("machine") or "an unrecorded machine"
+        seconds = origin.get("execution_seconds")
+        took = (
+            f", in {_duration(float(seconds))}"
+            if seconds is not None
+            else ""
+        )
+        if origin.get("source") == "record":
+            commit = origin.get("commit")
+            at = f" at commit {str(commit)[:10]}" if commit else ""
+            return (
+                f"taken from the book's execution record, not executed by "
+                f"this build: made on {machine} on {day}{at}{took}"
+            )
+        if origin.get("source") == "cache":
+            return (
+                f"taken from this machine's execution cache: made by an "
+                f"earlier build on {machine} on {day}{took}"
+            )
+        return f"made by this build on {machine} on {day}{took}"
+
+    @property
     def runs(self) -> list[str]:
         """The run labels of the claims' results, stored offsets first."""
         labels = sorted(
@@ -164,6 +200,19 @@ class ChapterEvidence:
             key=int,
         )
         return [*labels, THIS_BUILD]
+
+
+def _day(when: object) -> str:
+    try:
+        return datetime.datetime.fromisoformat(str(when)).date().isoformat()
+    except ValueError:
+        return "an unrecorded date"
+
+
+def _duration(seconds: float) -> str:
+    return (
+        f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+    )
 
 
 def read_glue(path: str | pathlib.Path) -> dict[str, object]:
@@ -210,12 +259,15 @@ def chapter_evidence(
     exec_seconds: float | None = None,
     markers: Mapping[str, Mapping[str, str]] | None = None,
     exec_date: str | None = None,
+    origin: Mapping[str, object] | None = None,
 ) -> ChapterEvidence | None:
     """A chapter's evidence from what its build glued and its stored runs;
     ``None`` for a page without a seed section.
 
     ``markers`` maps a claim's sentence to the ``tag`` and ``anchor`` the
     prose gives it (``book/_ext/evidence_summary.py`` collects them).
+    ``origin`` says where the page's run came from (see
+    :attr:`ChapterEvidence.origin`).
     """
     if seedtable.PROVENANCE_KEY not in glued:
         return None
@@ -265,6 +317,7 @@ def chapter_evidence(
         rows=rows,
         exec_seconds=exec_seconds,
         exec_date=exec_date,
+        origin=origin,
     )
 
 
@@ -281,6 +334,18 @@ def top_line(chapters: Sequence[ChapterEvidence]) -> str:
         f"{current} of {n} chapter{'s' if n != 1 else ''} "
         f"{'has' if n == 1 else 'have'} current seed data."
     )
+    sources = [ch.origin.get("source") for ch in chapters if ch.origin]
+    if sources:
+        made = sources.count("build")
+        taken = sources.count("record")
+        cached = sources.count("cache")
+        chapters_word = "chapters" if made != 1 else "chapter"
+        parts = [f"{made} {chapters_word} executed by this build"]
+        if taken:
+            parts.append(f"{taken} taken from the book's execution record")
+        if cached:
+            parts.append(f"{cached} from this machine's execution cache")
+        text += " Runs: " + ", ".join(parts) + "."
     if len(recorded) < len(claims):
         text += (
             f" {len(claims) - len(recorded)} claims were not recorded by "
