@@ -321,10 +321,9 @@ glue("seed_provenance", json.dumps({"modules": sorted(n for n in sys.modules if 
 """
 
 
-def test_a_second_clone_of_a_tiny_book_executes_nothing(tmp_path):
-    """End to end (a few seconds): Jupyter Book builds a one-chapter book in one clone, then in a
-    copy elsewhere with the same MLEXP_EXECUTION_CACHE, which takes the chapter from the cache."""
-    first = tmp_path / "a"
+def tiny_book(root: pathlib.Path, files: dict[str, str] | None = None) -> pathlib.Path:
+    """A checkout of a one-chapter book with the real extension, a stand-in mlexp and corpus,
+    and ``files`` besides; the chapter notebook is the caller's to write."""
     for name, text in {
         "_config.yml": TINY_CONFIG,
         "book/_toc.yml": "format: jb-book\nroot: intro\nchapters:\n  - file: part1/chapter01\n",
@@ -335,12 +334,20 @@ def test_a_second_clone_of_a_tiny_book_executes_nothing(tmp_path):
                                   "    return pathlib.Path(__file__).parents[2] / 'corpus.txt'\n",
         "corpus.txt": "First Citizen:\n",
         "requirements.txt": "torch\n",
+        **(files or {}),
     }.items():
-        (first / name).parent.mkdir(parents=True, exist_ok=True)
-        (first / name).write_text(text)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
     for folder in ("book/_ext", "book/part1"):
-        (first / folder).mkdir()
-    shutil.copy(ROOT / "book/_ext/execution_fingerprint.py", first / "book/_ext")
+        (root / folder).mkdir(exist_ok=True)
+    shutil.copy(ROOT / "book/_ext/execution_fingerprint.py", root / "book/_ext")
+    return root
+
+
+def test_a_second_clone_of_a_tiny_book_executes_nothing(tmp_path):
+    """End to end (a few seconds): Jupyter Book builds a one-chapter book in one clone, then in a
+    copy elsewhere with the same MLEXP_EXECUTION_CACHE, which takes the chapter from the cache."""
+    first = tiny_book(tmp_path / "a")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# One"),
                                          nbformat.v4.new_code_cell(TINY_CELL)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

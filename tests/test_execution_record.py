@@ -26,7 +26,7 @@ from docutils.frontend import get_default_settings
 from docutils.parsers.rst import Parser
 from docutils.utils import new_document
 from jupyter_cache import get_cache
-from test_execution_fingerprint import TINY_CONFIG, Checkout, build, checkout, ext
+from test_execution_fingerprint import Checkout, build, checkout, ext, tiny_book
 
 corpus, log = base.corpus, base.log  # its fixtures: the fake corpus, the extension's log
 
@@ -270,25 +270,10 @@ SEED_SECTION = "## Across three seeds\n\n```{glue:md} seed_table\n:format: myst\
 def test_a_fresh_clone_of_a_tiny_book_executes_nothing(tmp_path):
     """End to end: Jupyter Book builds a one-chapter book, which writes its record; a copy with
     the record and an empty cache executes nothing, and its page says where the run came from."""
-    first = tmp_path / "a"
-    for name, text in {
-        "_config.yml": TINY_CONFIG,
-        "book/_toc.yml": "format: jb-book\nroot: intro\nchapters:\n  - file: part1/chapter01\n",
-        "book/intro.md": "# Intro\n",
-        "mlexp/__init__.py": "",
-        "mlexp/training/__init__.py": "",
-        "mlexp/training/data.py": "import pathlib\n\ndef corpus_path():\n"
-                                  "    return pathlib.Path(__file__).parents[2] / 'corpus.txt'\n",
+    first = tiny_book(tmp_path / "a", {
         "mlexp/training/precision.py": "import types\n\ndef arithmetic(device):\n"
                                        "    return types.SimpleNamespace(kind='fp32')\n",
-        "corpus.txt": "First Citizen:\n",
-        "requirements.txt": "torch\n",
-    }.items():
-        (first / name).parent.mkdir(parents=True, exist_ok=True)
-        (first / name).write_text(text)
-    (first / "book/_ext").mkdir()
-    (first / "book/part1").mkdir()
-    shutil.copy(ROOT / "book/_ext/execution_fingerprint.py", first / "book/_ext")
+    })
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# One"),
                                          nbformat.v4.new_code_cell(TINY_CELL),
                                          nbformat.v4.new_markdown_cell(SEED_SECTION)])

@@ -267,13 +267,6 @@ def test_bad_settings_say_what_to_do(make, message):
         make()
 
 
-@pytest.fixture
-def two_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
-
 
 def test_side_by_side_gives_each_run_its_own_recipe_in_workers(corpus, two_threads):
     """Per-run schedules, optimizers and inits reach worker processes and give what each gets alone."""

@@ -67,14 +67,6 @@ def test_block_size_longer_than_validation_split(corpus):
         mlexp.train_lm(model, train_ids, train_ids[:50], steps=1, block_size=64)
 
 
-@pytest.fixture
-def two_threads():
-    """PyTorch at two threads for the test, as on the build machine; restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
-
 
 def test_side_by_side_matches_one_after_another(corpus, two_threads):
     """Workers give each model the numbers it gets alone with the same threads, and its weights."""
