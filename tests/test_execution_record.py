@@ -132,8 +132,8 @@ def test_a_record_of_another_device_kind_is_refused(monkeypatch, tmp_path, corpu
     assert (f"part1/chapter01.ipynb executes: its execution record is stale (the recorded run was made "
             f"on {words[recorded['device']]}, and this build runs on {words[building['device']]})"
             in log.lines), log.lines
-    # the build's own runs replace the record of another kind
-    assert entry(clone, "part1/chapter01")["device"] == building
+    # the record holds CPU runs: a CPU build replaces a GPU's, a GPU build writes nothing
+    assert entry(clone, "part1/chapter01")["device"] == CPU
 
 
 @pytest.mark.parametrize("damage", ["truncated entry", "notebook edited", "notebook missing"])
@@ -233,8 +233,8 @@ def test_the_seed_caption_says_where_the_run_came_from(source):
         "record": "This page's run was made on Test CPU (AVX2) on 2026-12-01 and taken from the book's "
                   "execution record, not executed by this build.",
         "build": "This page's run was made by this build, on 2026-12-01.",
-        "cache": "This page's run was made on 2026-12-01 by an earlier build on this machine and taken "
-                 "from its execution cache.",
+        "cache": "This page's run was made on 2026-12-01 by an earlier build and taken "
+                 "from the execution cache.",
     }[source]
     assert caption == f"This page ran on Test CPU (AVX2). {expected}"
 
@@ -247,7 +247,7 @@ def test_the_evidence_page_says_where_each_run_came_from():
         "commit": "0123456789abcdef", "execution_seconds": 420.0})
     made = evidencepage.ChapterEvidence.made.fget(chapter)
     assert made == ("taken from the book's execution record, not executed by this build: made on "
-                    "Test CPU (AVX2) on 2026-12-01 at commit 0123456789, in 7.0 min")
+                    "Test CPU (AVX2) on 2026-12-01, in 7.0 min; recorded at commit 0123456789")
     chapter.origin = {**chapter.origin, "source": "build"}
     assert evidencepage.ChapterEvidence.made.fget(chapter).startswith("made by this build on Test CPU")
 
@@ -282,6 +282,7 @@ def test_a_fresh_clone_of_a_tiny_book_executes_nothing(tmp_path):
 
     jupyter_book = str(pathlib.Path(sys.executable).with_name("jupyter-book"))
     env = {k: v for k, v in os.environ.items() if k != ext.COLD_ENV}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the recorded run is a CPU's: so is this build
 
     def jb(clone: pathlib.Path, cache: str) -> subprocess.CompletedProcess:
         result = subprocess.run([jupyter_book, "build", "book/", "-W", "--keep-going"], cwd=clone,
@@ -316,6 +317,19 @@ def test_the_repositorys_record_is_readable_and_names_only_inputs_that_exist():
     assert ext.ROOT == ROOT
     problems = ext.record_problems()
     assert not problems, "\n".join(problems)
+
+
+def test_every_chapter_has_a_current_record_after_the_build():
+    """The build that the tests follow writes the record of every chapter it ran, so a chapter
+    whose record is missing or stale here would make every fresh clone execute it."""
+    chapters = {_docname(nb): nb for nb in sorted((ROOT / "book").glob("part*/chapter*.ipynb"))}
+    digests = ext.current_digests(list(chapters.values()), ext.corpus_file())
+    status = ext.record_status(chapters, digests)
+    assert status and all(state == "current" for state, _ in status.values()), status
+
+
+def _docname(notebook: pathlib.Path) -> str:
+    return notebook.relative_to(ROOT / "book").with_suffix("").as_posix()
 
 
 def test_the_build_device_kind_follows_the_chapters_rule():

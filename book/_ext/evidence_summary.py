@@ -21,7 +21,7 @@ label per chapter, ``evidence-<docname with dashes>``, so that a chapter links t
 the page with ``{ref}``.
 
 Each chapter's part also says where the run its page shows came from: made by this build, by
-an earlier build on this machine (the execution cache), or taken from the book's execution
+an earlier build (the execution cache), or taken from the book's execution
 record, and on which machine and when (``book/_ext/execution_fingerprint.py`` finds it).
 
 A claim that a run contradicts fails the chapter's own build already; the page also logs it
@@ -397,9 +397,9 @@ def chapter_content(app: Sphinx, fromdoc: str, chapter) -> list[nodes.Node]:
     source = (chapter.origin or {}).get("source", "unknown")
     build = nodes.paragraph(classes=["evidence-build", f"evidence-origin-{source}"])
     if chapter.made:
-        # where the page's run came from: this build, this machine's cache or the book's record
+        # where the chapter's run came from: this build, the cache or the book's record
         build += nodes.Text(
-            f"This page's run: {machine}, seed offset {chapter.assessment.offset}, "
+            f"The chapter's run: seed offset {chapter.assessment.offset}, "
             f"{chapter.made}. Largest distance from the stored run of the same "
             f"offset: {chapter.drift}.")
     else:

@@ -506,9 +506,16 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
 
 
 def write_record(inputs: BuildInputs, device: dict[str, str]) -> list[str]:
-    """Write the record entry of every chapter whose current cached run the record lacks
-    (every chapter's, in a cold build, whose run differs from the recorded one); drop the
-    entries of chapters that no longer exist. Returns the chapters written."""
+    """Write the record entry of every chapter whose current cached run the record lacks;
+    drop the entries of chapters that no longer exist. Returns the chapters written.
+
+    The record holds CPU runs only, the kind every reader's, contributor's and CI's build
+    makes: a GPU build writes nothing, so that it cannot swap the record's runs for its own.
+    A valid entry for the same inputs stays (a cold build does not churn the record)."""
+    if device.get("device") != "cpu":
+        logger.info(f"the execution record is not rewritten: it holds CPU runs, and this build "
+                    f"runs on {device_words(device)}")
+        return []
     cache = get_cache(inputs.cache_dir)
     stamp = read_stamp(inputs.cache_dir)
     written = []
@@ -517,18 +524,17 @@ def write_record(inputs: BuildInputs, device: dict[str, str]) -> list[str]:
         entry = stamp.get(record.hashkey) if record is not None else None
         if entry is None or changes(entry["inputs"], chapter_inputs(notebook, entry["modules"], inputs.digests)):
             continue  # no current run to record
-        nb = cache.get_cache_bundle(record.pk).nb
+        try:
+            nb = cache.get_cache_bundle(record.pk).nb
+        except KeyError:  # the cached notebook's file is gone; the next build executes it
+            continue
         raw = nbformat.writes(nb, nbformat.NO_CONVERT).encode("utf-8")
         try:
             old = read_record(docname)
         except RecordError:
             old = None
-        if old is not None:
-            old_entry = old[0]
-            unchanged = hashlib.sha256(raw).hexdigest() == old_entry["notebook_sha256"]
-            valid = not record_mismatch(old_entry, notebook, inputs.digests, device)
-            if valid and (unchanged or not cold_build()):
-                continue  # the record holds this run, or another run of the same inputs
+        if old is not None and not record_mismatch(old[0], notebook, inputs.digests, device):
+            continue  # the record holds this run, or another run of the same inputs
         made = (record.data or {}).get(RECORD_KEY) or made_by_build(record, nb)
         new = {
             "format": RECORD_FORMAT,
@@ -579,6 +585,7 @@ def run_origin(record: NbCacheRecord | None, found: str | None, nb: nbformat.Not
 
 
 RECORD_LIMIT = 4 * 1024 * 1024  # bytes: the whole record, Parts I and II together
+CPU_KIND = {"device": "cpu", "arithmetic": "fp32"}  # the record's runs (see write_record)
 
 
 def record_status(chapters: dict[str, pathlib.Path], digests: Digests) -> dict[str, tuple[str, str]]:
@@ -595,7 +602,7 @@ def record_status(chapters: dict[str, pathlib.Path], digests: Digests) -> dict[s
             status[docname] = ("missing", "the record holds no run of it")
             continue
         entry = found[0]
-        why = record_mismatch(entry, notebook, digests, None)
+        why = record_mismatch(entry, notebook, digests, CPU_KIND)
         made = entry["made"]
         where = (f"made on {made.get('machine') or 'an unrecorded machine'} on {_day(made.get('date'))}, "
                  f"on {device_words(entry['device'])}")
@@ -637,7 +644,7 @@ def record_problems() -> list[str]:
         if not nb_file.with_suffix(".json").is_file():
             problems.append(f"{nb_file.relative_to(ROOT).as_posix()} has no entry beside it; "
                             "delete it, or build the book to rewrite the entry")
-    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
     if size > RECORD_LIMIT:
         problems.append(f"{RECORD_DIR}/ holds {size / 2**20:.1f} MB, over its limit of "
                         f"{RECORD_LIMIT / 2**20:.0f} MB")
@@ -648,8 +655,8 @@ ORIGIN_PHRASES = {
     "record": "This page's run was made on {machine} on {day} and taken from the book's "
               "execution record, not executed by this build.",
     "build": "This page's run was made by this build, on {day}.",
-    "cache": "This page's run was made on {day} by an earlier build on this machine and taken "
-             "from its execution cache.",
+    "cache": "This page's run was made on {day} by an earlier build and taken from the "
+             "execution cache.",
 }
 
 
@@ -773,13 +780,13 @@ def say_where_runs_came_from(app: Sphinx, doctree: nodes.document, docname: str)
 
 def stamp_cached_runs(app: Sphinx, exception: Exception | None) -> None:
     """Record the inputs of the runs this build used or made, if it ran to its end; then,
-    unless it logged a warning (which fails a ``-W`` build), write the execution record."""
+    unless it logged a warning, write the execution record."""
     if exception is None and app.execution_inputs:
         record_inputs(app.execution_inputs, pathlib.Path(app.env.mystnb_config.output_folder))
         warnings = getattr(app, "_warncount", 0)
-        if warnings and (getattr(app, "keep_going", False) or getattr(app, "warningiserror", False)):
+        if warnings:  # a run that printed to stderr would fail every -W build that took it
             logger.info(f"the execution record is not rewritten: the build logged {warnings} "
-                        "warning(s), which fail it")
+                        "warning(s)")
             return
         write_record(app.execution_inputs, app.execution_inputs.device or build_device())
 

@@ -103,7 +103,7 @@ class ChapterEvidence:
     exec_date: str | None = None
     # where the page's run came from (book/_ext/execution_fingerprint.py):
     # "source" is "build" (this build executed it), "cache" (an earlier
-    # build on this machine) or "record" (the book's execution record), with
+    # build) or "record" (the book's execution record), with
     # the "machine", "date", "commit" and "execution_seconds" it was made
     # with; None where the build did not say
     origin: Mapping[str, object] | None = None
@@ -180,14 +180,14 @@ class ChapterEvidence:
         )
         if origin.get("source") == "record":
             commit = origin.get("commit")
-            at = f" at commit {str(commit)[:10]}" if commit else ""
+            at = f"; recorded at commit {str(commit)[:10]}" if commit else ""
             return (
                 f"taken from the book's execution record, not executed by "
-                f"this build: made on {machine} on {day}{at}{took}"
+                f"this build: made on {machine} on {day}{took}{at}"
             )
         if origin.get("source") == "cache":
             return (
-                f"taken from this machine's execution cache: made by an "
+                f"taken from the execution cache: made by an "
                 f"earlier build on {machine} on {day}{took}"
             )
         return f"made by this build on {machine} on {day}{took}"
@@ -344,7 +344,7 @@ def top_line(chapters: Sequence[ChapterEvidence]) -> str:
         if taken:
             parts.append(f"{taken} taken from the book's execution record")
         if cached:
-            parts.append(f"{cached} from this machine's execution cache")
+            parts.append(f"{cached} from the execution cache")
         text += " Runs: " + ", ".join(parts) + "."
     if len(recorded) < len(claims):
         text += (
