@@ -233,8 +233,7 @@ def test_the_seed_caption_says_where_the_run_came_from(source):
         "record": "This page's run was made on Test CPU (AVX2) on 2026-12-01 and taken from the book's "
                   "execution record, not executed by this build.",
         "build": "This page's run was made by this build, on 2026-12-01.",
-        "cache": "This page's run was made on 2026-12-01 by an earlier build and taken "
-                 "from the execution cache.",
+        "cache": "This page's run was made on 2026-12-01 by an earlier build.",
     }[source]
     assert caption == f"This page ran on Test CPU (AVX2). {expected}"
 

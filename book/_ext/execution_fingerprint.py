@@ -655,8 +655,7 @@ ORIGIN_PHRASES = {
     "record": "This page's run was made on {machine} on {day} and taken from the book's "
               "execution record, not executed by this build.",
     "build": "This page's run was made by this build, on {day}.",
-    "cache": "This page's run was made on {day} by an earlier build and taken from the "
-             "execution cache.",
+    "cache": "This page's run was made on {day} by an earlier build.",
 }
 
 
@@ -773,8 +772,7 @@ def say_where_runs_came_from(app: Sphinx, doctree: nodes.document, docname: str)
             paragraphs = list(item.findall(nodes.paragraph))
             if paragraphs:
                 paragraphs[-1] += nodes.Text(
-                    f", in the run taken from the execution record (made on "
-                    f"{origin.get('machine') or 'an unrecorded machine'}, {_day(origin.get('date'))})")
+                    f" ({origin.get('machine') or 'an unrecorded machine'}, {_day(origin.get('date'))})")
             break
 
 
