@@ -87,7 +87,7 @@ Term
 PROSE_WORDS = 31
 
 HIDDEN = "word " * 40
-# Blocks that are not running text, each with 40 words or more that would be counted.
+# Blocks that are not running text (but the open boxes), each with 40 words or more.
 NOT_RUNNING = {
     "table": f"| Claim | Seed 1 |\n|---|---|\n| {HIDDEN} | 0.5 |\n",
     "captioned_table": f"```{{list-table}} {HIDDEN}\n:header-rows: 1\n\n* - Claim\n  - Seed 1\n"
@@ -103,8 +103,9 @@ NOT_RUNNING = {
     "bibliography": "```{bibliography}\n:filter: docname in docnames\n```\n",
     "footnote": f"A footnote reference[^a] here.\n\n[^a]: {HIDDEN}\n",
 }
-# "footnote" adds its four-word sentence; the reference mark is not a word.
-EXTRA_WORDS = {"footnote": 4}
+# "footnote" adds its four-word sentence; the reference mark is not a word. An open box is read
+# like the prose around it ("Predict first", the recap), so its words count; its title does not.
+EXTRA_WORDS = {"footnote": 4, "admonition": 40, "note": 40}
 
 
 def notebook(*cells: dict) -> str:
@@ -202,8 +203,8 @@ def test_a_glued_value_counts_where_it_is_pasted(book):
 
 @pytest.mark.parametrize("kind", [*NOT_RUNNING, "code"])
 def test_what_is_not_running_text_is_not_counted(book, kind):
-    """Code, its outputs, tables and their captions, admonitions, dropdowns, figures and
-    their captions, math blocks, the bibliography and footnotes add nothing."""
+    """Code, its outputs, tables and their captions, dropdowns, figures and their captions,
+    math blocks, the bibliography and footnotes add nothing; an open box adds its words."""
     page = book["html"][f"chapter_{kind}"]
     assert "word word word" in page.get_text() or kind in {"math_block", "bibliography"}
     if kind == "bibliography":

@@ -11,9 +11,10 @@ Running text is the prose a reader reads from top to bottom: the paragraphs of t
 including those in lists, block quotes, definition lists and tab panels, with glued values and
 in-text citations as they appear (a formula set inline counts as one word). Not counted:
 headings; code cells and their outputs; tables (the seed table among them) and their
-captions; figures and their captions; math blocks and literal blocks; admonitions (key
-equations, "Predict first", the recap), dropdowns and other folded or side notes; the
-bibliography and footnotes; raw HTML; and the header card itself.
+captions; figures and their captions; math blocks and literal blocks; dropdowns and other
+folded or side notes; the bibliography and footnotes; raw HTML; and the header card itself.
+Open boxes ("Predict first", the recap, a key equation's words) are read like the prose
+around them, so they count.
 
 A page whose name matches ``reading_time_pages`` (a regular expression, by default every
 ``part<N>/chapter<M>``) or that has a header card must end up with exactly one card and one
@@ -49,7 +50,6 @@ WORD = re.compile(r"\w+(?:[-'’.,/]\w+)*")
 SKIPPED_NODES: tuple[type[nodes.Node], ...] = (
     nodes.table,            # tables, the seed table among them
     nodes.figure,           # figures and glued figures, with their captions and legends
-    nodes.Admonition,       # note, tip, seealso, warning, generic admonitions
     nodes.sidebar,          # margin notes
     nodes.topic,
     nodes.citation,         # the bibliography's entries
