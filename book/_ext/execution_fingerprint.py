@@ -33,12 +33,13 @@ device and arithmetic it ran with, and where and when it was made. At the start 
 each chapter without a current cached run whose record matches its code cells, its inputs
 and this build's device kind (a CPU or a GPU, and the arithmetic of
 ``mlexp.training.precision``) is put into the cache from the record, so myst-nb takes it from
-there and executes nothing; any other chapter executes as before. After a build that ran to
-its end without a warning that fails it, every chapter whose cached run the record lacks (a changed
-chapter's new run) is written to the record, atomically, so that a change and the record it
-causes are committed together. ``MLEXP_COLD_BUILD=1`` makes a build ignore the record (it
-still rewrites it, with every run it made). The pages say where each run came from: the
-seed table's caption of each chapter and *The evidence at a glance*.
+there and executes nothing; any other chapter executes as before. After a CPU build that ran
+to its end without a warning, every chapter whose current cached run the record lacks (a
+changed chapter's new run) is written to the record, atomically, so that a change and the
+record it causes are committed together; a valid entry for the same inputs stays.
+``MLEXP_COLD_BUILD=1`` makes a build ignore the record (it still writes the runs the record
+lacks). The pages say where each run came from: the seed table's caption of each chapter,
+and *The evidence at a glance*.
 """
 
 from __future__ import annotations
