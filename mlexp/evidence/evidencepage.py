@@ -180,7 +180,9 @@ class ChapterEvidence:
         )
         if origin.get("source") == "record":
             commit = origin.get("commit")
-            at = f"; recorded at commit {str(commit)[:10]}" if commit else ""
+            at = (
+                f"; recorded at commit {str(commit)[:10]}" if commit else ""
+            )
             return (
                 f"taken from the book's execution record, not executed by "
                 f"this build: made on {machine} on {day}{took}{at}"
