@@ -229,7 +229,10 @@ def test_the_card_shows_words_over_200_rounded(book, words, minutes):
 
 def test_every_good_page_builds_without_a_warning(book):
     """Warnings name only the pages that cannot be filled, never a good one."""
-    assert book["warnings"].count("WARNING") == len(BAD), book["warnings"]
+    # Sphinx's own notice when another test in this process built a book first is not ours
+    ours = [line for line in book["warnings"].splitlines()
+            if "WARNING" in line and "is already registered" not in line]
+    assert len(ours) == len(BAD), book["warnings"]
     for name in set(PAGES) - BAD:
         assert f"{name}.ipynb" not in book["warnings"], book["warnings"]
 

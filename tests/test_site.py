@@ -428,12 +428,18 @@ def test_chapter_six_counts_over_the_seeds_what_its_table_shows(pages):
     table that holds three: where the prose counts the seeds, the count is the table's."""
     page = pages["part1/chapter06"]
     rows, text = seed_rows(page), article_text(page)
-    post_minus_pre = rows["post-norm minus pre-norm, 3e-3"]
+    # stale seed data (this machine does not reproduce the stored runs): the prose counts this
+    # page's run alone, the table's first column
+    status = pages[EVIDENCE_PAGE].find(id="evidence-part1-chapter06").select_one(".evidence-status")
+    counted = 1 if status.get_text(" ", strip=True).startswith("Seed data stale") else None
+    post_minus_pre = rows["post-norm minus pre-norm, 3e-3"][:counted]
     below = sum(float(x) < 0 for x in post_minus_pre)
     n = len(post_minus_pre)
-    assert f"post-norm ended below pre-norm in {below} of {n} seeds" in text
-    trained = [rows[f"outcome: output norm, {lr}"].count("trained") for lr in ("3e-3", "1e-2")]
-    assert f"output-norm stack trained at 0.003 in {trained[0]} of {n} seeds and at 0.01 in {trained[1]}" in text
+    runs = "1 run" if counted else f"{n} seeds"
+    assert f"post-norm ended below pre-norm in {below} of {runs}" in text
+    outcomes = [rows[f"outcome: output norm, {lr}"][:counted] for lr in ("3e-3", "1e-2")]
+    trained = [o.count("trained") for o in outcomes]
+    assert f"output-norm stack trained at 0.003 in {trained[0]} of {runs} and at 0.01 in {trained[1]}" in text
     assert "from one run" not in text
 
 
