@@ -38,8 +38,9 @@ to its end without a warning, every chapter whose current cached run the record 
 changed chapter's new run) is written to the record, atomically, so that a change and the
 record it causes are committed together; a valid entry for the same inputs stays.
 ``MLEXP_COLD_BUILD=1`` makes a build ignore the record (it still writes the runs the record
-lacks). The pages say where each run came from: the seed table's caption of each chapter,
-and *The evidence at a glance*.
+lacks). *The evidence at a glance* says where each chapter's run came from; a chapter's
+header card names the machine that measured its hands-on time when the run came from the
+record.
 """
 
 from __future__ import annotations
@@ -652,19 +653,6 @@ def record_problems() -> list[str]:
     return problems
 
 
-ORIGIN_PHRASES = {
-    "record": "This page's run was made on {machine} on {day} and taken from the book's "
-              "execution record, not executed by this build.",
-    "build": "This page's run was made by this build, on {day}.",
-    "cache": "This page's run was made on {day} by an earlier build.",
-}
-
-
-def origin_phrase(origin: dict) -> str:
-    return ORIGIN_PHRASES[origin["source"]].format(
-        machine=origin.get("machine") or "an unrecorded machine", day=_day(origin.get("date")))
-
-
 # ---------- Sphinx events ----------
 
 def use_cache_folder(app: Sphinx, config: Config) -> None:
@@ -744,29 +732,13 @@ def note_shown_runs(app: Sphinx, env: BuildEnvironment) -> list[str]:
     return []
 
 
-def _seed_table_title(doctree: nodes.document, anchor: str | None) -> nodes.title | None:
-    """The caption of the chapter's seed table: the first captioned table of its seed
-    section (the section that links to the evidence page), else the first whose caption
-    says where the runs were made."""
-    sections = [s for s in doctree.findall(nodes.section) if anchor and anchor in s["ids"]]
-    for table in (sections[0] if sections else doctree).findall(nodes.table):
-        title = next(iter(table.findall(nodes.title)), None)
-        if title is not None and (sections or "ran on" in title.astext() or "made on" in title.astext()):
-            return title
-    return None
-
-
 def say_where_runs_came_from(app: Sphinx, doctree: nodes.document, docname: str) -> None:
-    """End a chapter's seed-table caption with where its run came from, and for a run taken
-    from the record, add to the header card's hands-on time the machine that measured it."""
+    """For a run taken from the record, add to the header card's hands-on time the machine
+    that measured it, so the card does not pass another machine's minutes off as this
+    build's. Where each run came from in full is the evidence page's to say, not the
+    chapter's prose."""
     origin = getattr(app.env, ORIGINS, {}).get(docname)
-    if not origin:
-        return
-    markers = getattr(app.env, "evidence_claim_markers", {}).get(docname, {})
-    title = _seed_table_title(doctree, markers.get("", {}).get("anchor"))
-    if title is not None:
-        title += nodes.Text(" " + origin_phrase(origin))
-    if origin["source"] != "record":
+    if not origin or origin["source"] != "record":
         return
     for item in doctree.findall(nodes.Element):
         if "header-card-item" in item.get("classes", []) and item.astext().startswith("Hands-on"):

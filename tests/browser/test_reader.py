@@ -638,3 +638,31 @@ def test_evidence_page_tables_fit_and_links_resolve(request, screen, artifacts):
     )
     assert not broken, f"links on the evidence page that lead nowhere: {broken}"
 
+
+
+@pytest.mark.parametrize("screen", ["page", "phone_page"])
+def test_evidence_page_headings_stay_whole_words(request, screen):
+    """The claims tables' column headings ("Evidence", "seed 1", "this build") never break
+    inside a word, and at 1280 px each stays on one line."""
+    page = request.getfixturevalue(screen)
+    open_page(page, EVIDENCE_PAGE)
+    headings = page.evaluate(
+        """() => [...document.querySelectorAll('article table.evidence-claims th')].map(th => {
+            // the line boxes of the heading's text, by their top edge
+            const walker = document.createTreeWalker(th, NodeFilter.SHOW_TEXT);
+            const tops = new Set();
+            for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+                const range = document.createRange();
+                range.selectNodeContents(node);
+                for (const r of range.getClientRects()) if (r.width > 0) tops.add(Math.round(r.top));
+            }
+            const words = th.textContent.trim().split(/\\s+/).length;
+            return [th.textContent.trim(), tops.size, words];
+        })"""
+    )
+    assert headings, "no claims table on the evidence page"
+    broken = [(text, lines) for text, lines, words in headings if lines > words]
+    assert not broken, f"headings broken inside a word (heading, lines): {broken}"
+    if screen == "page":
+        wrapped = [(text, lines) for text, lines, _ in headings if lines > 1]
+        assert not wrapped, f"headings wrapped at 1280 px (heading, lines): {wrapped}"
