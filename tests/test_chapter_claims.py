@@ -100,7 +100,6 @@ def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatc
     # nothing changed since the runs: the sentence starts with the page's run
     assert f"made on {THIS_CPU}. This page's run reproduces the stored run with seed offset 0 to three decimals" \
         " (a run within 0.01 of it counts as reproduced)" in caption
-    assert "held in all 3 seeds" in glued["seed_summary"] and "in 3 of 3 seeds" in glued["seed_summary"]
 
 
 def test_another_cpu_within_the_spread_is_no_warning(chapter_dir, monkeypatch):
@@ -141,7 +140,6 @@ def test_changed_code_that_reproduces_the_runs_keeps_them_current(chapter_dir, m
     note = glued["seed_table"]
     assert "stale" not in note
     assert f"{words} since these runs; this page's run reproduces the stored run with seed offset 0 to three decimals" in note
-    assert "held in all 3 seeds" in glued["seed_summary"]
 
 
 def test_changed_code_that_moves_the_numbers_is_stale(chapter_dir, monkeypatch):
@@ -221,13 +219,16 @@ def test_a_gpu_build_still_fails_on_its_own_contradiction(chapter_dir, monkeypat
         run_seed_section(chapter_dir, monkeypatch, wrong, three_seeds())
 
 
-def test_a_flipped_ranking_is_reported(chapter_dir, monkeypatch):
+def test_an_order_the_page_does_not_claim_may_differ_between_seeds(chapter_dir, monkeypatch):
+    """The page claims no order between removing the feed-forward layers and removing the norms:
+    a seed in which they swap places builds, and the table shows it."""
     flipped = [1.80, 2.07, 2.49, 1.805, 1.81, 3.35]  # normalization now costs more than feed-forward
     stored = three_seeds()
     stored[1] = stored_run(1, flipped)
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, stored)
-    assert "did not hold" in glued["seed_summary"]
-    assert "no feed-forward and no normalization swapped" in glued["seed_summary"]
+    rows = {row[0]: row for row in table_rows(glued["seed_table"])}
+    assert rows["no feed-forward"][3].split(" / ")[1] == "1.805"
+    assert rows["no normalization"][3].split(" / ")[1] == "1.810"
 
 
 def test_position_costing_less_than_feed_forward_fails_the_build(chapter_dir, monkeypatch):

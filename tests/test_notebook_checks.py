@@ -41,7 +41,8 @@ def test_checked_cells_come_before_the_training(notebook):
             f"before the training:\n{source[:200]}")
 
 
-DRAWS = ("plt.subplots(", "plt.figure(")
+# a figure drawn in the cell, or by one of the book's figure helpers
+DRAWS = ("plt.subplots(", "plt.figure(", "figures.")
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)

@@ -55,7 +55,7 @@ NOT_YET = {
                 "part1/chapter06", "part1/chapter07"},
     "machinery": {"part1/chapter04",
                   "part1/chapter05", "part1/chapter06", "part1/chapter07"},
-    "hidden": {"part1/chapter01", "part1/chapter02", "part1/chapter03", "part1/chapter04",
+    "hidden": {"part1/chapter02", "part1/chapter03", "part1/chapter04",
                "part1/chapter05", "part1/chapter06", "part1/chapter07"},
 }
 
