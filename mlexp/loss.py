@@ -14,16 +14,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+# Part I's objective is the loop's default, kept beside it (see there).
+from .training.recipe import CrossEntropy, auxiliary_loss
+
 __all__ = ["CrossEntropy", "LabelSmoothing", "LogitStats", "auxiliary_loss"]
-
-
-class CrossEntropy(nn.Module):
-    """The mean of ``-log p(next token)`` over every position: the loss of
-    every Part I run."""
-
-    def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
-        # (B, T, vocab) -> (B * T, vocab): every position counts once
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 class LabelSmoothing(nn.Module):
@@ -49,16 +43,6 @@ class LabelSmoothing(nn.Module):
 
     def extra_repr(self) -> str:
         return f"eps={self.eps}"
-
-
-def auxiliary_loss(model: nn.Module) -> Tensor | float:
-    """The sum of the ``aux_loss`` every sub-module recorded in the last
-    forward pass (0 if none does), in the model's module order."""
-    return sum(
-        m.aux_loss
-        for m in model.modules()
-        if isinstance(getattr(m, "aux_loss", None), Tensor)
-    )
 
 
 class LogitStats:

@@ -12,57 +12,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+# Part I's optimizer is the loop's default, kept beside it (see there).
+from .training.recipe import AdamW
+
 __all__ = ["AdamW", "UpdateRatio"]
-
-
-class AdamW:
-    """PyTorch's AdamW with Part I's settings: betas 0.9 and 0.99, weight
-    decay on the matrices only.
-
-    Decay pulls weights toward zero in proportion to their size. The gains
-    of the norms (vectors) are left alone: shrinking a gain toward zero
-    would only fight the norm it scales.
-    """
-
-    def __init__(
-        self,
-        lr: float = 3e-3,
-        betas: tuple[float, float] = (0.9, 0.99),
-        weight_decay: float = 0.1,
-    ):
-        if not lr > 0:
-            raise ValueError(f"lr={lr}: a learning rate must be positive")
-        if weight_decay < 0:
-            raise ValueError(
-                f"weight_decay={weight_decay}: give 0 for no decay, or a "
-                "positive coefficient"
-            )
-        self.lr = lr
-        self.betas = betas
-        self.weight_decay = weight_decay
-
-    def __call__(self, model: nn.Module) -> torch.optim.Optimizer:
-        params = [p for p in model.parameters() if p.requires_grad]
-        groups = [
-            {
-                "params": [p for p in params if p.dim() >= 2],
-                "weight_decay": self.weight_decay,
-            },
-            {
-                "params": [p for p in params if p.dim() < 2],
-                "weight_decay": 0.0,
-            },
-        ]
-        on_cuda = any(p.is_cuda for p in params)
-        return torch.optim.AdamW(
-            groups, lr=self.lr, betas=self.betas, fused=on_cuda or None
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"AdamW(lr={self.lr}, betas={self.betas}, "
-            f"weight_decay={self.weight_decay})"
-        )
 
 
 class UpdateRatio:

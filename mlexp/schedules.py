@@ -13,43 +13,7 @@ not always the same float as ``lr * ((step + 1) / warmup)``.
 
 from __future__ import annotations
 
-import math
+# Part I's schedule is the loop's default, kept beside it (see there).
+from .training.recipe import WarmupCosine
 
 __all__ = ["WarmupCosine"]
-
-
-class WarmupCosine:
-    """Linear warm-up over ``warmup`` steps, then a half cosine down to
-    ``floor`` times the base rate at the last step: the schedule of every
-    Part I run (40 steps, a floor of a tenth).
-
-    Warm-up keeps Adam's first updates small while its running averages
-    of the gradient still rest on a handful of batches (``warmup=0``
-    starts at the full rate); the cosine shrinks the steps as the loss
-    flattens, so noise stops undoing progress.
-    """
-
-    def __init__(self, warmup: int = 40, floor: float = 0.1):
-        if warmup < 0:
-            raise ValueError(
-                f"warmup={warmup}: give a number of steps, 0 for no warm-up"
-            )
-        if not 0.0 <= floor <= 1.0:
-            raise ValueError(
-                f"floor={floor} is a fraction of the peak rate: give a "
-                "value from 0 (decay to zero) to 1 (no decay)"
-            )
-        self.warmup = warmup
-        self.floor = floor
-
-    def __call__(self, step: int, steps: int, base_lr: float) -> float:
-        if step < self.warmup:
-            return base_lr * (step + 1) / self.warmup
-        progress = (step - self.warmup) / max(1, steps - self.warmup)
-        return base_lr * (
-            self.floor
-            + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * progress))
-        )
-
-    def __repr__(self) -> str:
-        return f"WarmupCosine(warmup={self.warmup}, floor={self.floor})"

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import mlexp
-from mlexp.evidence import provenance, seedruns
+from mlexp.evidence import provenance, seedruns, seedtable
 from mlexp.evidence.seedstats import ClaimContradicted
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -71,8 +71,24 @@ def run_seed_section(chapter_dir, monkeypatch, this_run: list[float], stored: li
     seedruns.write_atomic(chapter_dir / "chapter01.seeds.json", {"notebook": NOTEBOOK.name, "runs": stored})
     glued = {}
     monkeypatch.setattr(mlexp, "glue_md", lambda name, text: glued.__setitem__(name, text))
+    # The assessment behind the table, which the evidence page words: which machines made the
+    # runs, what changed since, which rows moved.
+    assess = seedtable.assess
+    monkeypatch.setattr(seedtable, "assess",
+                        lambda *a, **kw: glued.setdefault("assessment", assess(*a, **kw)))
     exec(cell_with("mlexp.seed_section("), namespace)
+    glued["rows"] = namespace["SEED_ROWS"]
     return glued
+
+
+def moved(glued) -> str:
+    """The rows that moved, as the evidence page names them."""
+    return glued["assessment"].moved_rows({key: name for name, key in glued["rows"].items()})
+
+
+def stale(note: str) -> bool:
+    """The table says the claims rest on this page's run alone, and the build log is told."""
+    return ":class: seed-table stale-seed-data" in note and "checked against this page's run alone" in note
 
 
 def table_rows(markdown: str) -> list[list[str]]:
@@ -94,12 +110,11 @@ def test_same_machine_claims_hold_and_the_table_is_built(chapter_dir, monkeypatc
     assert [r[0] for r in rows[8:]] == [f"{v} − full model" for v in VARIANTS[1:]]
     assert rows[8] == ["no position − full model", "+0.330", "+0.310 ± 0.026", "+0.330 / +0.280 / +0.320"]
     assert "stale" not in glued["seed_table"] and "seed-drift" not in glued["seed_table"]
-    # Which machine made the numbers is the table's caption, not a sentence of the prose.
+    # Under the table, one plain line: the seeds agree on every claim.
     caption = glued["seed_table"].splitlines()[0]
-    assert caption.startswith("```{table} ") and f"Stored runs and this page made on {THIS_CPU}." in caption
-    # nothing changed since the runs: the sentence starts with the page's run
-    assert f"made on {THIS_CPU}. This page's run reproduces the stored run with seed offset 0 to three decimals" \
-        " (a run within 0.01 of it counts as reproduced)" in caption
+    assert caption.startswith("```{table} Seeds 0, 1 and 2, where seed 0 is this page's run: every claim")
+    a = glued["assessment"]
+    assert seedtable.machine_names(a.own) == THIS_CPU and not a.changed and a.drift[0] < 0.0005
 
 
 def test_another_cpu_within_the_spread_is_no_warning(chapter_dir, monkeypatch):
@@ -108,10 +123,10 @@ def test_another_cpu_within_the_spread_is_no_warning(chapter_dir, monkeypatch):
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(first=drifted, machine_name=OTHER_CPU))
     note = glued["seed_table"]
     assert "warning" not in note and "stale" not in note
-    assert f"made on {OTHER_CPU}" in note and f"ran on {THIS_CPU}" in note
-    assert "reproduces the stored run with seed offset 0 to within 0.006" in note
-    assert ("the largest standard deviation across seeds of a difference between models is 0.027 "
-            "(no attention − full model)") in note.splitlines()[0]
+    assert OTHER_CPU not in note and "every claim this page checks holds" in note
+    a = glued["assessment"]
+    assert seedtable.machine_names(a.own) == OTHER_CPU and a.this_name == THIS_CPU
+    assert round(a.drift[0], 3) == 0.006
     # One number per seed: this page's run is seed 0's entry, and the mean uses it.
     rows = table_rows(note)
     assert rows[4] == ["no normalization", "1.720", "1.737 ± 0.021", "1.720 / 1.760 / 1.730"]
@@ -122,10 +137,10 @@ def test_a_run_that_does_not_reproduce_makes_the_data_stale_naming_the_rows(chap
     far = [1.80, 2.10, 2.53, 1.90, 1.76, 3.36]  # 0.06 from this page: beyond the tolerance
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(first=far, machine_name=OTHER_CPU))
     note = glued["seed_table"]
-    assert ":class: stale-seed-data" in note and OTHER_CPU in note
-    assert "does not reproduce the stored run with seed offset 0" in note
-    assert "full model moved by 0.060 (1.800 stored, 1.740 now)" in note
-    assert "no residual moved by" not in note  # 0.010 is within the tolerance
+    assert stale(note) and OTHER_CPU not in note
+    assert "does not reproduce the stored run with seed offset 0" in glued["assessment"].stale_because[0]
+    assert "full model moved by 0.060 (1.800 stored, 1.740 now)" in moved(glued)
+    assert "no residual moved by" not in moved(glued)  # 0.010 is within the tolerance
 
 
 @pytest.mark.parametrize("changed, words", [
@@ -139,20 +154,21 @@ def test_changed_code_that_reproduces_the_runs_keeps_them_current(chapter_dir, m
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(**changed))
     note = glued["seed_table"]
     assert "stale" not in note
-    assert f"{words} since these runs; this page's run reproduces the stored run with seed offset 0 to three decimals" in note
+    sentence = f"{seedtable.in_words(glued['assessment'].changed)} changed"
+    assert sentence[0].upper() + sentence[1:] == words and glued["assessment"].drift[0] < 0.0005
 
 
 def test_changed_code_that_moves_the_numbers_is_stale(chapter_dir, monkeypatch):
     longer = [1.68, 2.02, 2.45, 1.80, 1.66, 3.34]  # what more training steps would give
     glued = run_seed_section(chapter_dir, monkeypatch, longer, three_seeds(code="0" * 64))
     note = glued["seed_table"]
-    assert ":class: stale-seed-data" in note and "no position moved by 0.050 (2.070 stored, 2.020 now)" in note
+    assert stale(note) and "no position moved by 0.050 (2.070 stored, 2.020 now)" in moved(glued)
 
 
 def test_another_corpus_is_stale_whatever_the_numbers(chapter_dir, monkeypatch):
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, three_seeds(corpus="0" * 64))
     note = glued["seed_table"]
-    assert ":class: stale-seed-data" in note and "stale: the corpus changed" in note
+    assert stale(note) and "the corpus changed" in glued["assessment"].stale_because
 
 
 def test_stale_runs_are_not_used_to_judge_claims(chapter_dir, monkeypatch):
@@ -175,7 +191,8 @@ def test_a_gpu_build_is_judged_against_the_cpu_runs(chapter_dir, monkeypatch):
     drifted = [1.745, 2.076, 2.487, 1.853, 1.714, 3.352]  # within the seeds' spread
     glued = run_seed_section(chapter_dir, monkeypatch, drifted, three_seeds())
     note = glued["seed_table"]
-    assert "warning" not in note and f"made on {THIS_CPU}; this page ran on NVIDIA H200" in note
+    a = glued["assessment"]
+    assert not stale(note) and seedtable.machine_names(a.own) == THIS_CPU and a.this_name == "NVIDIA H200"
     assert table_rows(note)[0] == ["full model", "1.745", "1.768 ± 0.028", "1.745 / 1.800 / 1.760"]
 
 
@@ -184,8 +201,7 @@ def test_a_gpu_build_far_from_the_cpu_runs_says_so(chapter_dir, monkeypatch):
     far = [1.70, 2.10, 2.45, 1.83, 1.69, 3.34]  # every claim still true, 0.04 from seed 0
     glued = run_seed_section(chapter_dir, monkeypatch, far, three_seeds())
     note = glued["seed_table"]
-    assert ":class: stale-seed-data" in note and "NVIDIA H200" in note and THIS_CPU in note
-    assert "full model moved by 0.040 (1.740 stored, 1.700 now)" in note
+    assert stale(note) and "full model moved by 0.040 (1.740 stored, 1.700 now)" in moved(glued)
 
 
 def test_runs_of_another_kind_are_not_mixed_in(chapter_dir, monkeypatch):
@@ -194,8 +210,8 @@ def test_runs_of_another_kind_are_not_mixed_in(chapter_dir, monkeypatch):
     old_gpu_runs = three_seeds(kind="cuda-bf16", machine_name="NVIDIA A100")
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, old_gpu_runs)
     note = glued["seed_table"]
-    assert "no seed runs from this kind of machine (float32) are stored yet" in note
-    assert "NVIDIA A100" in note and "CUDA GPU, bfloat16" in note
+    assert "No seed runs of this kind of machine (float32) are stored yet" in note
+    assert not glued["assessment"].own and "NVIDIA A100" not in note
     assert table_rows(note)[0] == ["full model", "1.740", "—", "1.740"]  # this page alone
 
 
@@ -284,7 +300,7 @@ def test_a_chapter_without_seed_data_yet_shows_its_own_run(chapter_dir, monkeypa
     glued = {}
     monkeypatch.setattr(mlexp, "glue_md", lambda name, text: glued.__setitem__(name, text))
     exec(cell_with("mlexp.seed_section("), namespace)
-    assert "no seed runs from this kind of machine" in glued["seed_table"]
+    assert "No seed runs of this kind of machine" in glued["seed_table"]
     assert table_rows(glued["seed_table"])[0] == ["full model", "1.740", "—", "1.740"]
 
 
@@ -295,5 +311,5 @@ def test_runs_made_before_a_row_was_added_are_stale_not_a_crash(chapter_dir, mon
         del run["values"]["abl_no_norm"]
     glued = run_seed_section(chapter_dir, monkeypatch, TYPICAL, stored)
     note = glued["seed_table"]
-    assert ":class: stale-seed-data" in note and "the rows of the seed table changed" in note
+    assert stale(note) and "the rows of the seed table changed" in glued["assessment"].stale_because
     assert table_rows(note)[0] == ["full model", "1.740", "—", "1.740"]  # this page alone

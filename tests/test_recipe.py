@@ -361,3 +361,30 @@ def test_init_can_swap_in_a_readout_multiplier_before_the_optimizer_is_built(cor
     tok, train_ids, val_ids = corpus
     history = mlexp.train_lm(build(tok.vocab_size), train_ids, val_ids, init=ReadoutMultiplier(), **RUN)
     assert history["val"][0] == pytest.approx(math.log(tok.vocab_size), rel=1e-6)  # zero logits: uniform
+
+
+def test_part_one_runs_load_none_of_part_twos_recipe_modules():
+    """A Part I kernel imports mlexp and trains with the defaults; the
+    modules its run loads are the inputs of its execution record, so an
+    edit to the loss, optimizer or schedule chapters' modules must not be
+    among them, or every Part I chapter would execute again."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, mlexp\n"
+        "from mlexp.transformer import TransformerLM\n"
+        "ids = torch.randint(0, 8, (400,))\n"
+        "mlexp.train_lm(TransformerLM(8, dim=8, n_layers=1, n_heads=2), ids, ids, steps=2,"
+        " block_size=8, batch_size=2, log=False)\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('mlexp')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "mlexp.training.recipe" in out
+    for module in ["mlexp.loss", "mlexp.optimizers", "mlexp.schedules"]:
+        assert module not in out, f"{module} is loaded by a Part I run"

@@ -19,10 +19,12 @@ and the sentences it claims. The function:
 - decides whether the stored runs are current with :func:`assess`: they
   are while this build reproduces the stored run of its own seed offset
   (see :data:`REPRODUCTION_TOLERANCE`), whatever code produced it;
-- says, in the table's caption, which machines made the stored runs and
-  this one, what changed since (code cells, library, PyTorch) and how
-  closely this build reproduced them; stale data gets a warning that names
-  the rows that moved and by how much (the Seed runs workflow refreshes it);
+- says, in one plain line under the table, whether the other seeds agree
+  with this page's run on every claim, and links the evidence page, which
+  says which machines made the runs, what changed since (code cells,
+  library, PyTorch) and how closely this build reproduced them, and for
+  stale data the rows that moved (the Seed runs workflow refreshes it);
+  a stale table carries the class ``stale-seed-data`` for the build log;
 - checks every claim against this page's run and every current stored run of
   its kind, raising :class:`~mlexp.evidence.seedstats.ClaimContradicted`
   (which fails the build) otherwise; before it checks, it glues how each
@@ -173,32 +175,6 @@ def changed_ingredients(
     return changed
 
 
-def _no_runs_of_this_kind(
-    kind: str, this_name: str, others: list[dict]
-) -> str:
-    text = (
-        f"This page ran on {this_name}, and no seed runs from this "
-        f"kind of machine ({KIND_NAMES.get(kind, kind)}) are stored yet, "
-        "so the table shows this page's run alone."
-    )
-    recorded = [
-        r for r in others if machine_of(r).get("kind") in KIND_NAMES
-    ]
-    if recorded:
-        kinds = sorted(
-            {KIND_NAMES[machine_of(r)["kind"]] for r in recorded}
-        )
-        text += (
-            f" The stored runs were made on {machine_names(recorded)} "
-            f"({'; '.join(kinds)}) and are not mixed with this page's "
-            "numbers."
-        )
-    return text + (
-        " A maintainer adds them by starting the Seed runs workflow on a "
-        "machine of this kind."
-    )
-
-
 def _numbers(
     values: list[float], signed: bool = False
 ) -> Callable[[float], str]:
@@ -301,10 +277,6 @@ def _table(
     return "\n".join(lines)
 
 
-def _admonition(kind: str, css_class: str, text: str) -> str:
-    return f"\n\n```{{{kind}}}\n:class: {css_class}\n{text}\n```"
-
-
 @dataclasses.dataclass
 class Assessment:
     """How this build's run stands against a chapter's stored runs: what
@@ -354,22 +326,6 @@ class Assessment:
     def before(self) -> dict[str, float] | None:
         """The stored run of this build's offset, if there is one."""
         return self.stored_values.get(self.offset)
-
-    def reproduction(self) -> str:
-        """How closely this build reproduced the stored run of its offset,
-        in words ("reproduces the stored run with seed offset 0 to within
-        0.004")."""
-        drift, _ = self.drift
-        how = (
-            "to three decimals"
-            if drift < 0.0005
-            else f"to within {drift:.3f}"
-        )
-        return (
-            f"reproduces the stored run with seed offset {self.offset} "
-            f"{how} (a run within {REPRODUCTION_TOLERANCE} of it counts "
-            "as reproduced)"
-        )
 
     def moved_rows(self, label: Mapping[str, str]) -> str:
         """The rows that did not reproduce, with both values, in words."""
@@ -565,87 +521,46 @@ def seed_section(
     except FileNotFoundError:  # a new chapter, before its first seed runs
         stored = []
     a = assess(here, rows, current, stored, offset, timed)
-    label = {key: name for name, key in rows.items()}
     table = _table(rows, a.runs, offset, differences or {}, coded)
-    # Which machines made the numbers, what changed since and how closely
-    # this build reproduced them go in the table's caption; what a reader
-    # must act on (no comparable runs, stale data) in an admonition below.
-    caption = f"This page ran on {a.this_name}."
-    note = ""
-    made_on = machine_names(a.own)
+    # One plain line under the table: whether the other seeds agree with
+    # this page's run. Which machines made the runs, what changed since and
+    # how closely this build reproduced them is the evidence page's
+    # business (mlexp.evidence.evidencepage), not the reader's.
+    css_class = "seed-table"
     if not a.own:
-        note = _admonition(
-            "note",
-            "seed-drift",
-            _no_runs_of_this_kind(a.kind, a.this_name, a.others),
+        caption = (
+            "No seed runs of this kind of machine "
+            f"({KIND_NAMES.get(a.kind, a.kind)}) are stored yet, so the "
+            "table shows this page's run alone and the claims are checked "
+            "against it."
         )
+        css_class += " seed-drift"
     elif a.stale_because:
-        moved = (
-            f" On the rows that moved: {a.moved_rows(label)} (tolerance "
-            f"{REPRODUCTION_TOLERANCE})."
-            if a.moved
-            else ""
+        others = [str(o) for o in sorted(a.runs) if o != offset]
+        pooled = (
+            f" to pool it with seeds {in_words(others)}" if others else ""
         )
-        note = _admonition(
-            "warning",
-            "stale-seed-data",
-            f"The stored seed runs are stale: {'; '.join(a.stale_because)}"
-            f" (they were made on {made_on}), so the claims are checked "
-            f"against this page's run alone.{moved} Rerun the seeds (the "
-            "Seed runs workflow, or see the README) to refresh them.",
+        caption = (
+            f"Seed {offset} is this page's run. It does not match the "
+            f"stored run of seed {offset} closely enough{pooled}, so the "
+            "claims are checked against this page's run alone."
         )
+        css_class += " stale-seed-data"
     else:
-        where = (
-            f"Stored runs and this page made on {made_on}."
-            if made_on == a.this_name
-            else f"Stored runs made on {made_on}; this page ran on "
-            f"{a.this_name}."
+        seeds = in_words([str(o) for o in sorted(a.runs)])
+        caption = (
+            f"Seeds {seeds}, where seed {offset} is this page's run: every "
+            "claim this page checks holds in each of them."
         )
-        if a.before is None:
-            caption = (
-                f"{where} The column of seed offset {offset} is this "
-                "page's own run."
+        if timed:
+            caption += (
+                " Timings vary from run to run, so they are shown but not "
+                "compared."
             )
-        else:
-            # The yardstick a reader compares gaps with: the largest
-            # spread between seeds of a difference between models, in the
-            # differences' own unit; a chapter without differences gets
-            # the largest of any row, named so that its unit is clear.
-            if differences:
-                spreads = [
-                    (
-                        seedstats.mean_sd(
-                            [v[x] - v[y] for v in a.stored_values.values()]
-                        )[1],
-                        name,
-                    )
-                    for name, (x, y) in differences.items()
-                ]
-                of_what = "of a difference between models"
-            else:
-                spreads = [(a.spread[0], label[a.spread[1]])]
-                of_what = "of any row"
-            spread, spread_label = max(spreads)
-            since = (
-                f"{in_words(a.changed)} changed since these runs; "
-                if a.changed
-                else ""
-            )
-            sentence = (
-                f"{since}this page's run {a.reproduction()}; the largest "
-                f"standard deviation across seeds {of_what} is "
-                f"{spread:.3f} ({spread_label})."
-            )
-            caption = f"{where} {sentence[0].upper()}{sentence[1:]}"
-            if timed:
-                caption += (
-                    f" The {len(timed)} rows of timings vary from run to "
-                    "run even on one machine, so that check leaves them "
-                    "out."
-                    if len(timed) > 1
-                    else " The row of timings varies from run to run even "
-                    "on one machine, so that check leaves it out."
-                )
+    caption += (
+        " How the seeds are run and checked: "
+        "{doc}`the evidence at a glance </evidence-at-a-glance>`."
+    )
 
     # How each claim fared in each run, recorded for the book's evidence
     # page before the checks, so that the record of a failing build says
@@ -670,7 +585,7 @@ def seed_section(
         seedstats.check_claim(
             claim, holds, {**checked, "this build": a.runs[offset]}
         )
-    markdown = f"```{{table}} {caption}\n{table}\n```{note}"
+    markdown = f"```{{table}} {caption}\n:class: {css_class}\n{table}\n```"
     return SeedSection(runs=a.runs, markdown=markdown, current=a.current)
 
 

@@ -74,18 +74,12 @@ def plan_workers(n_models: int, threads: int) -> tuple[int, int]:
     return workers, max(1, threads // workers)
 
 
-def _train_one(
-    pickled_model: bytes,
-    train_ids: Tensor,
-    val_ids: Tensor,
-    threads: int,
-    kwargs: dict,
-):
+def _train_one(pickled_model: bytes, threads: int, kwargs: dict):
     """Worker body: train a model with ``threads`` threads; return its
     history and weights."""
     torch.set_num_threads(threads)
     model = pickle.loads(pickled_model)
-    history = train_lm(model, train_ids, val_ids, **kwargs)
+    history = train_lm(model, **kwargs)
     return history, model.state_dict()
 
 
@@ -146,38 +140,31 @@ def train_side_by_side(
                 "give every model its own value, or one value for all"
             )
 
-    def own(name: str) -> dict:
-        """Model ``name``'s arguments to ``train_lm``."""
-        return {
+    # Each model's own arguments to train_lm, the split included.
+    runs = {
+        name: {
             key: value[name] if isinstance(value, Mapping) else value
             for key, value in per_run.items()
         }
-
-    def split(name: str) -> tuple[Tensor, Tensor]:
-        run = own(name)
-        return run.pop("train_ids"), run.pop("val_ids")
-
-    def run_kwargs(name: str) -> dict:
-        run = own(name)
-        del run["train_ids"], run["val_ids"]
-        return run
+        for name in models
+    }
 
     workers, threads = plan_workers(len(models), cpu_budget())
     on_cpu = all(
-        default_device(own(name).get("device")).type == "cpu"
-        for name in models
+        default_device(run.get("device")).type == "cpu"
+        for run in runs.values()
     )
     pickled = None
     if on_cpu and workers > 1:
         pickled = {name: _sendable(model) for name, model in models.items()}
         sendable = all(pickled.values()) and all(
-            _sendable(run_kwargs(name)) for name in models
+            _sendable(run) for run in runs.values()
         )
         pickled = pickled if sendable else None
 
     if pickled is None:
         return {
-            name: train_lm(model, *split(name), **run_kwargs(name))
+            name: train_lm(model, **runs[name])
             for name, model in models.items()
         }
 
@@ -188,13 +175,7 @@ def train_side_by_side(
         workers, mp_context=context
     ) as pool:
         futures = {
-            name: pool.submit(
-                _train_one,
-                data,
-                *split(name),
-                threads,
-                run_kwargs(name),
-            )
+            name: pool.submit(_train_one, data, threads, runs[name])
             for name, data in pickled.items()
         }
         histories = {}
@@ -202,7 +183,7 @@ def train_side_by_side(
             histories[name], weights = future.result()
             models[name].load_state_dict(weights)
             # as train_lm sets it
-            models[name].context_length = own(name)["block_size"]
+            models[name].context_length = runs[name]["block_size"]
     return histories
 
 

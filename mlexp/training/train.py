@@ -22,12 +22,10 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..loss import CrossEntropy, auxiliary_loss
-from ..optimizers import AdamW
-from ..schedules import WarmupCosine
 from .checkpoint import Checkpoint, check_resumable, take_checkpoint
 from .measure import Measure
 from .precision import arithmetic
+from .recipe import AdamW, CrossEntropy, WarmupCosine, auxiliary_loss
 from .seeds import shifted
 
 __all__ = ["train_lm", "default_device", "evaluation_starts", "windows"]
