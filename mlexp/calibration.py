@@ -17,7 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Calibration", "calibration", "fit_temperature"]
+from .training.train import windows
+
+__all__ = [
+    "Calibration",
+    "calibration",
+    "fit_temperature",
+    "held_out_logits",
+]
 
 
 @dataclasses.dataclass
@@ -116,3 +123,25 @@ def fit_temperature(logits: Tensor, targets: Tensor) -> float:
 
     opt.step(nll)
     return float(log_t.detach().exp())
+
+
+@torch.no_grad()
+def held_out_logits(
+    model: torch.nn.Module, starts: Tensor, ids: Tensor, block_size: int
+) -> tuple[Tensor, Tensor]:
+    """The model's logits (N, block_size, vocab) and the next tokens
+    (N, block_size) on the windows of ``ids`` that begin at ``starts``
+    (``mlexp.training.train.evaluation_starts`` gives the ones ``train_lm``
+    scores), in evaluation mode."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    x, y = windows(ids, starts, block_size)  # (N, block_size) each
+    logits = torch.cat(
+        [
+            model(x[i : i + 64].to(device))[0].cpu()
+            for i in range(0, len(x), 64)
+        ]
+    )
+    model.train(was_training)
+    return logits, y

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import mlexp
 from mlexp.baselines import NGram, compressed_bits
-from mlexp.calibration import calibration, fit_temperature
+from mlexp.calibration import calibration, fit_temperature, held_out_logits
 from mlexp.loss import (
     CrossEntropy,
     LabelSmoothing,
@@ -228,3 +228,19 @@ def test_multi_token_model_trains_with_train_lm(corpus):
     # the batch loss trained on includes the far head; the reported one is next-token only
     assert history["val"][-1] < history["val"][0]
     assert len(history["batch_loss"]) == 20
+
+
+def test_held_out_logits_score_what_train_lm_reports(corpus):
+    """Calibration reads the same windows the reported validation loss is the mean over."""
+    from mlexp.training.train import evaluation_starts
+
+    tok, train_ids, val_ids = corpus
+    torch.manual_seed(0)
+    model = TransformerLM(tok.vocab_size, dim=32, n_layers=1, n_heads=2)
+    history = mlexp.train_lm(model, train_ids, val_ids, steps=10, block_size=16,
+                             batch_size=4, eval_every=10, log=False)
+    starts = evaluation_starts(train_ids, val_ids, 16, 16 * 4)["val"]  # 16 batches of 4
+    logits, targets = held_out_logits(model, starts, val_ids, 16)
+    assert logits.shape == (64, 16, tok.vocab_size)
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    assert math.isclose(float(loss), history["val"][-1], rel_tol=1e-5)
