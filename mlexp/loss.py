@@ -10,6 +10,7 @@ plain cross-entropy on held-out text, whatever was trained.
 
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
@@ -17,7 +18,16 @@ from torch import Tensor
 # Part I's objective is the loop's default, kept beside it (see there).
 from .training.recipe import CrossEntropy, auxiliary_loss
 
-__all__ = ["CrossEntropy", "LabelSmoothing", "LogitStats", "auxiliary_loss"]
+__all__ = [
+    "CrossEntropy",
+    "LabelSmoothing",
+    "LogitStats",
+    "SoftCap",
+    "SquaredError",
+    "ZLoss",
+    "auxiliary_loss",
+    "soft_cap",
+]
 
 
 class LabelSmoothing(nn.Module):
@@ -43,6 +53,89 @@ class LabelSmoothing(nn.Module):
 
     def extra_repr(self) -> str:
         return f"eps={self.eps}"
+
+
+class SquaredError(nn.Module):
+    """The squared distance between the predicted distribution and the
+    one-hot target, summed over the vocabulary and averaged over positions
+    (the Brier score of every prediction).
+
+    Its gradient with respect to a logit is ``J^T 2(p - y)``, where ``J``
+    is the softmax's Jacobian: every term carries a factor ``p``, so a
+    confident wrong prediction (``p_y`` near 0) barely pushes back, where
+    cross-entropy's ``p - y`` pushes hardest.
+    """
+
+    def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
+        # (B, T, vocab) -> (B * T, vocab)
+        p = logits.flatten(0, 1).softmax(-1)
+        y = F.one_hot(targets.flatten(), p.shape[-1]).to(p.dtype)
+        return (p - y).pow(2).sum(-1).mean()
+
+
+class ZLoss(nn.Module):
+    """Cross-entropy plus ``coef * mean(log Z ** 2)``, where ``log Z`` is
+    the logsumexp of a position's logits.
+
+    The softmax ignores a constant added to every logit, so nothing in
+    cross-entropy holds ``log Z`` anywhere; the extra term pulls it toward
+    0, where the logits are themselves log-probabilities. Mesh TensorFlow
+    introduced it (Shazeer, 2018, with 1e-4 as its example); PaLM trained
+    with 1e-4 for stability.
+    """
+
+    def __init__(self, coef: float = 1e-4):
+        super().__init__()
+        if not coef >= 0:
+            raise ValueError(
+                f"coef={coef}: the z-loss coefficient must be 0 or more "
+                "(1e-4 is PaLM's; 0 is plain cross-entropy)"
+            )
+        self.coef = coef
+
+    def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
+        flat = logits.flatten(0, 1)  # (B * T, vocab)
+        log_z = flat.logsumexp(-1)
+        ce = F.cross_entropy(flat, targets.flatten())
+        return ce + self.coef * log_z.pow(2).mean()
+
+    def extra_repr(self) -> str:
+        return f"coef={self.coef}"
+
+
+def soft_cap(logits: Tensor, cap: float) -> Tensor:
+    """``cap * tanh(logits / cap)``: nearly the identity for logits well
+    below ``cap``, and never beyond ``±cap`` (Gemma 2 caps its final logits
+    at 30). It keeps each logit's order, so the most likely token stays
+    the most likely."""
+    if not cap > 0:
+        raise ValueError(
+            f"cap={cap}: a soft cap must be a positive logit size "
+            "(Gemma 2 uses 30 for its final logits)"
+        )
+    return cap * torch.tanh(logits / cap)
+
+
+class SoftCap(nn.Module):
+    """An objective scored on soft-capped logits: ``inner(soft_cap(logits,
+    cap), targets)``, cross-entropy by default.
+
+    A cap is part of the model, not only of training: a model trained
+    capped must be read capped, which :func:`soft_cap` does for evaluation
+    and sampling.
+    """
+
+    def __init__(self, cap: float = 30.0, inner: nn.Module | None = None):
+        super().__init__()
+        soft_cap(torch.zeros(()), cap)  # the same check, the same message
+        self.cap = cap
+        self.inner = CrossEntropy() if inner is None else inner
+
+    def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
+        return self.inner(soft_cap(logits, self.cap), targets)
+
+    def extra_repr(self) -> str:
+        return f"cap={self.cap}"
 
 
 class LogitStats:
