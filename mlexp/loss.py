@@ -108,12 +108,16 @@ def soft_cap(logits: Tensor, cap: float) -> Tensor:
     below ``cap``, and never beyond ``±cap`` (Gemma 2 caps its final logits
     at 30). It keeps each logit's order, so the most likely token stays
     the most likely."""
+    _check_cap(cap)
+    return cap * torch.tanh(logits / cap)
+
+
+def _check_cap(cap: float) -> None:
     if not cap > 0:
         raise ValueError(
             f"cap={cap}: a soft cap must be a positive logit size "
             "(Gemma 2 uses 30 for its final logits)"
         )
-    return cap * torch.tanh(logits / cap)
 
 
 class SoftCap(nn.Module):
@@ -127,7 +131,7 @@ class SoftCap(nn.Module):
 
     def __init__(self, cap: float = 30.0, inner: nn.Module | None = None):
         super().__init__()
-        soft_cap(torch.zeros(()), cap)  # the same check, the same message
+        _check_cap(cap)
         self.cap = cap
         self.inner = CrossEntropy() if inner is None else inner
 
