@@ -25,6 +25,7 @@ __all__ = [
     "MuonHybrid",
     "SGD",
     "UpdateRatio",
+    "UpdateStats",
     "newton_schulz",
     "state_bytes",
 ]
@@ -320,3 +321,48 @@ class UpdateRatio:
         }
         self._before = {}
         return ratios
+
+
+class UpdateStats:
+    """A measurement for ``train_lm(measure=...)`` at chosen updates: for
+    each weight matrix, the RMS of its update and of the weight before it,
+    and the update's stable rank ``||dW||_F^2 / ||dW||_2^2`` (1 for an
+    update along one direction, up to the matrix's smaller side when every
+    direction moves alike, as an orthogonalized Muon step nearly does)."""
+
+    def __init__(self, steps: tuple[int, ...] = (10, 50, 200)):
+        if not steps or min(steps) < 0:
+            raise ValueError(
+                f"steps={steps}: give the updates to measure, counted from 0"
+            )
+        self.steps = set(steps)
+        self._before: dict[str, Tensor] = {}
+
+    def before(self, step: int, model: nn.Module) -> None:
+        self._before = {}
+        if step in self.steps:
+            self._before = {
+                name: p.detach().clone()
+                for name, p in model.named_parameters()
+                if p.dim() == 2
+            }
+
+    def after(
+        self, step: int, model: nn.Module, logits, loss
+    ) -> dict[str, dict[str, float]] | None:
+        if not self._before:
+            return None
+        params = dict(model.named_parameters())
+        stats = {}
+        for name, old in self._before.items():
+            update = params[name].detach() - old
+            spectral = torch.linalg.matrix_norm(update, ord=2)
+            stats[name] = {
+                "update_rms": float(update.pow(2).mean().sqrt()),
+                "weight_rms": float(old.pow(2).mean().sqrt()),
+                "stable_rank": float(update.pow(2).sum() / spectral.pow(2))
+                if spectral > 0
+                else 0.0,
+            }
+        self._before = {}
+        return stats

@@ -12,6 +12,7 @@ from mlexp.optimizers import (
     Muon,
     MuonHybrid,
     SGD,
+    UpdateStats,
     newton_schulz,
     state_bytes,
 )
@@ -183,3 +184,34 @@ def test_state_bytes_count_what_each_optimizer_keeps():
 def test_bad_arguments_say_what_to_do(make):
     with pytest.raises(ValueError, match=r"give|must|matri|needs"):
         make()
+
+
+def test_update_stats_read_the_step_an_optimizer_took():
+    model = tiny_model()
+    stats = UpdateStats(steps=(0,))
+    x = torch.randint(17, (4, 8), generator=torch.Generator().manual_seed(1))
+    optimizer = SGD(0.1)(model)
+    stats.before(0, model)
+    model(x, x)[1].backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.dim() == 2}
+    optimizer.step()
+    found = stats.after(0, model, None, None)
+    assert set(found) == set(grads)
+    for name, g in grads.items():
+        # plain SGD moves each matrix by -lr * grad
+        assert abs(found[name]["update_rms"] - 0.1 * g.pow(2).mean().sqrt().item()) < 1e-6
+        s = torch.linalg.svdvals(g)
+        expected = (s.pow(2).sum() / s[0] ** 2).item()
+        assert abs(found[name]["stable_rank"] - expected) < 1e-3 * expected
+    assert stats.after(1, model, None, None) is None  # only the steps asked for
+    # a rank-one update has stable rank 1; an orthogonal one, its smaller side
+    rank_one, square = UpdateStats((0,)), UpdateStats((0,))
+    w = nn.Parameter(torch.zeros(6, 4))
+    holder = nn.Module()
+    holder.w = w
+    for stats, delta, expected in [(rank_one, torch.outer(torch.ones(6), torch.arange(4.0)), 1.0),
+                                   (square, torch.eye(6)[:, :4], 4.0)]:
+        stats.before(0, holder)
+        with torch.no_grad():
+            w.add_(delta)
+        assert abs(stats.after(0, holder, None, None)["w"]["stable_rank"] - expected) < 1e-5
