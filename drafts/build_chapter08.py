@@ -1,42 +1,46 @@
-"""Writes drafts/chapter08.ipynb: Chapter 8's code cells, with the markdown
-left as headings and notes for the author (prose comes next session).
-
-The draft lives outside book/ so that no build executes it before it is
-finished; move it to book/part2/ and add it to _toc.yml then.
+"""Writes book/part2/chapter08.ipynb from drafts/ch08/*.md (the prose) and
+the code cells below. Cell ids are fixed, so rewriting the prose leaves the
+code's cells, and their execution, as they were.
 """
 
 import pathlib
+import re
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+HERE = pathlib.Path(__file__).parent
+PROSE = (HERE / "ch08.md").read_text()
+# the prose file holds markdown cells separated by lines "%% name"
+parts = dict(
+    (m.group(1), m.group(2).strip("\n"))
+    for m in re.finditer(r"^%% (\S+)\n(.*?)(?=^%% |\Z)", PROSE, re.S | re.M)
+)
 cells = []
 
 
-def md(text):
-    cells.append(new_markdown_cell(text.strip("\n")))
-
-
-def code(text, tags=()):
-    cell = new_code_cell(text.strip("\n"))
-    if tags:
-        cell.metadata["tags"] = list(tags)
+def md(name):
+    cell = new_markdown_cell(parts.pop(name))
+    cell.id = f"md-{name}"
     cells.append(cell)
 
 
-md("""
-# Loss: how a guess is scored
+def code(name, text, tags=(), alt=None):
+    cell = new_code_cell(text.strip("\n"))
+    cell.id = f"code-{name}"
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    if alt:
+        cell.metadata["mystnb"] = {"image": {"alt": alt}}
+    cells.append(cell)
 
-DRAFT (code only). Header card, Figure 8.1 and its three tabs, evolution tables: to write,
-to ../shared/spec/chapter-08-brief.md and ../shared/WRITING.md.
 
-## Run it yourself
-""")
-
-code('''
+md("opening")
+md("history")
+md("run")
+code("setup", '''
 # Setup. In a checkout (or on Binder) mlexp sits two folders up; on Colab it
 # is installed from the repository.
-import math
 import pathlib
 import subprocess
 import sys
@@ -63,9 +67,12 @@ except ImportError:
         )
     import mlexp
 
-import matplotlib.pyplot as plt
+import math
+
 import torch
 import torch.nn.functional as F
+
+from mlexp.evidence import loss_figures
 
 # like torch.manual_seed, shifted when the book reruns a chapter's seeds
 mlexp.manual_seed(0)
@@ -74,82 +81,143 @@ device = mlexp.default_device()
 device_name = mlexp.describe_device(device)
 print(f"torch {torch.__version__}, training on {device_name}")
 ''')
-code('mlexp.glue_md("device_name", device_name)', tags=["remove-cell"])
+code("device", 'mlexp.glue_md("device_name", device_name)', tags=["remove-cell"])
 
-md("""
-### Step 1: how hard each loss pushes on a wrong guess
-
-DRAFT: the gradient of each objective with respect to the target's logit, against the
-probability the model gave the target. Cross-entropy pushes with 1 - p; squared error on the
-probabilities fades as p falls.
-""")
-
-code('''
-from mlexp.loss import CrossEntropy, SquaredError
-
-VOCAB = 65  # Chapter 1's characters
-p_target = torch.tensor([0.001, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99])
-
-
-def push(objective, p):
-    """|d loss / d z_target| when the target gets probability p and the
-    other 64 characters share the rest evenly."""
-    z = torch.zeros(1, 1, VOCAB, dtype=torch.float64)
-    # logit a for the target makes p = e^a / (e^a + 64)
-    z[..., 0] = math.log(p * (VOCAB - 1) / (1 - p))
-    z.requires_grad_(True)
-    objective(z, torch.zeros(1, 1, dtype=torch.long)).backward()
-    return float(z.grad[..., 0].abs())
-
-
-print(" p(target)  cross-entropy  squared error")
-for p in p_target.tolist():
-    ce, se = push(CrossEntropy(), p), push(SquaredError(), p)
-    print(f"{p:9.3f}  {ce:13.4f}  {se:13.5f}")
-''')
-code('''
-# The printed pushes are p - y, and J^T 2(p - y): checked, not assumed.
-for p in p_target.tolist():
-    assert math.isclose(push(CrossEntropy(), p), 1 - p, rel_tol=1e-9)
-mlexp.glue("push_ce_001", push(CrossEntropy(), 0.001))
-mlexp.glue("push_se_001", push(SquaredError(), 0.001))
-''', tags=["remove-cell"])
-
-md("""
-### Step 2: a ladder of baselines
-
-DRAFT: uniform, unigram, bigram, trigram, 5-gram (interpolated, absolute discount 0.75), three
-compressors (and xz after reading the training text), and the model of Step 3; in nats, bits
-and perplexity, all on the whole validation text.
-""")
-
-code('''
+md("step1")
+code("ladder", '''
 from mlexp.baselines import NGram, compressed_bits
 
 tok, train_ids, val_ids = mlexp.load_char_corpus()
 train_text, val_text = tok.decode(train_ids), tok.decode(val_ids)
+nats = math.log(2)  # nats in a bit
 
 ladder = {"uniform": math.log(tok.vocab_size)}  # nats per character
 for n, name in [(1, "unigram"), (2, "bigram"), (3, "trigram"), (5, "5-gram")]:
     ladder[name] = NGram(train_ids, tok.vocab_size, n).loss(val_ids)
 for method in ["gzip", "bz2", "xz"]:
-    ladder[method] = compressed_bits(val_text, method) * math.log(2)
+    ladder[method] = compressed_bits(val_text, method) * nats
 ladder["xz, after the training text"] = (
-    compressed_bits(val_text, "xz", given=train_text) * math.log(2)
+    compressed_bits(val_text, "xz", given=train_text) * nats
 )
-''')
+''', tags=["nbval-check-output"])
 
-md("""
-### Step 3: one model, five objectives
+md("step2")
+code("push", '''
+from mlexp.loss import CrossEntropy, SquaredError
 
-DRAFT: Chapter 1's model (4 blocks of 128, context 64, 600 steps at 3e-3) trained with
-cross-entropy, label smoothing 0.1, squared error on the probabilities and z-loss 1e-4, and
-Gloeckle's multi-token model at equal parameters (a 2-block trunk, one block per head); every
-one scored by plain next-token cross-entropy on validation. Predict first goes here.
-""")
+VOCAB = tok.vocab_size  # 65 characters
+p_right = [0.001, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99]
 
-code('''
-from mlexp.loss import LabelSmoothing, LogitStats, ZLoss
+
+def push(objective, p):
+    """|d loss / d z| for the right character's logit z, when the model
+    gives that character probability p and the other 64 share the rest."""
+    z = torch.zeros(1, 1, VOCAB, dtype=torch.float64)
+    z[..., 0] = math.log(p * (VOCAB - 1) / (1 - p))  # softmax gives p
+    z.requires_grad_(True)
+    objective(z, torch.zeros(1, 1, dtype=torch.long)).backward()
+    return z.grad[..., 0].abs().item()
+
+
+pushes = {
+    "cross-entropy": [push(CrossEntropy(), p) for p in p_right],
+    "squared error": [push(SquaredError(), p) for p in p_right],
+}
+print(" p(right)  cross-entropy  squared error")
+for i, p in enumerate(p_right):
+    ce, se = pushes["cross-entropy"][i], pushes["squared error"][i]
+    print(f"{p:9.3f}  {ce:13.4f}  {se:13.5f}")
+''', tags=["nbval-check-output"])
+code("push-figure", 'mlexp.glue("fig_push", loss_figures.gradient_push(p_right, pushes))',
+     tags=["remove-cell"])
+
+md("identities")
+code("identities", '''
+from mlexp.loss import LabelSmoothing, ZLoss
+
+g = torch.Generator().manual_seed(0)
+z = torch.randn(8, 16, VOCAB, generator=g, dtype=torch.float64) * 3
+y = torch.randint(VOCAB, (8, 16), generator=g)
+onehot = F.one_hot(y, VOCAB).double()
+p = z.softmax(-1)
+
+
+def grad(objective, z):
+    z = z.clone().requires_grad_(True)
+    objective(z, y).backward()
+    return z.grad
+
+
+N = y.numel()  # the loss is a mean over positions
+# (B, T, V) -> (B, T, V, V): the softmax's Jacobian dp_j / dz_i
+jacobian = torch.diag_embed(p) - p[..., :, None] * p[..., None, :]
+squared_grad = jacobian @ (2 * (p - onehot))[..., None] / N
+eps = 0.1
+log_p = z.log_softmax(-1)
+smoothed = (1 - eps) * F.cross_entropy(z.flatten(0, 1), y.flatten()) + eps * (
+    -log_p.mean(-1).mean()
+)
+target = (1 - eps) * onehot + eps / VOCAB  # the smoothed target
+floor = -(target * target.log()).sum(-1).mean()  # its entropy
+shift = 5.0
+h = torch.randn(8, 16, 32, generator=g, dtype=torch.float64)  # hidden states
+W = torch.randn(VOCAB, 32, generator=g, dtype=torch.float64)  # a head
+
+
+def head_push(objective):
+    """The head's gradient summed over its rows: the push that would move
+    every character's row, and so every logit, the same way."""
+    W_ = W.clone().requires_grad_(True)
+    objective(h @ W_.T, y).backward()
+    return W_.grad.sum(0)
+
+
+log_z = (h @ W.T).logsumexp(-1)  # (B, T)
+z_push = 2 * 1e-4 * (log_z[..., None] * h).mean((0, 1))  # 2c mean(log Z h)
+checks = {
+    "cross-entropy's gradient is (p - y) / N": grad(CrossEntropy(), z)
+    .sub((p - onehot) / N)
+    .abs()
+    .max(),
+    "squared error's is J^T 2(p - y) / N": grad(SquaredError(), z)
+    .sub(squared_grad.squeeze(-1))
+    .abs()
+    .max(),
+    "label smoothing is PyTorch's": (
+        LabelSmoothing(eps)(z, y)
+        - F.cross_entropy(z.flatten(0, 1), y.flatten(), label_smoothing=eps)
+    ).abs(),
+    "... and (1 - eps) CE + eps mean(-log p)": (
+        LabelSmoothing(eps)(z, y) - smoothed
+    ).abs(),
+    "a shift of every logit leaves CE as it is": (
+        CrossEntropy()(z + shift, y) - CrossEntropy()(z, y)
+    ).abs(),
+    "... and moves log Z by the shift": (
+        (z + shift).logsumexp(-1) - z.logsumexp(-1) - shift
+    )
+    .abs()
+    .max(),
+    "the head's rows' gradients sum to 0: CE": head_push(CrossEntropy())
+    .abs()
+    .max(),
+    "... label smoothing": head_push(LabelSmoothing(eps)).abs().max(),
+    "... squared error": head_push(SquaredError()).abs().max(),
+    "... z-loss's to 2c mean(log Z h)": (head_push(ZLoss(1e-4)) - z_push)
+    .abs()
+    .max(),
+    "equal logits score ln 65": (
+        CrossEntropy()(torch.zeros_like(z), y) - math.log(VOCAB)
+    ).abs(),
+}
+for name, error in checks.items():
+    print(f"{name:42s} off by {float(error):.1e}")
+print(f"label smoothing's floor, the smoothed target's entropy: {floor:.3f}")
+''', tags=["nbval-check-output"])
+
+md("step3")
+code("train", '''
+from mlexp.loss import LogitStats
 from mlexp.multitoken import MultiTokenLM
 from mlexp.transformer import TransformerLM
 
@@ -159,18 +227,19 @@ OBJECTIVES = {
     "label smoothing 0.1": LabelSmoothing(0.1),
     "squared error": SquaredError(),
     "z-loss 1e-4": ZLoss(1e-4),
-    "multi-token": CrossEntropy(),  # its far head's loss is the model's own
+    "multi-token": CrossEntropy(),  # plus its t+2 head's loss (aux_loss)
 }
 
 
 def build(name):
     mlexp.manual_seed(0)  # every model starts from the same draw
-    if name == "multi-token":
+    if name == "multi-token":  # a 2-block trunk and two 1-block heads
         return MultiTokenLM(tok.vocab_size, dim=128, n_trunk=2, n_heads=4)
     return TransformerLM(tok.vocab_size, dim=128, n_layers=4, n_heads=4)
 
 
 models = {name: build(name) for name in OBJECTIVES}
+sizes = {name: mlexp.count_params(m) for name, m in models.items()}
 histories = mlexp.train_side_by_side(
     models,
     train_ids,
@@ -181,94 +250,73 @@ histories = mlexp.train_side_by_side(
     measure=LogitStats(),
     log=False,
 )
-for name, h in histories.items():
-    print(f"{name:20s} validation cross-entropy {h['val'][-1]:.3f}")
 ''')
 
-code('''
-# The model on the ladder: its loss on the whole validation text, read with
-# a sliding window, in the same units as the counts.
-reference = models["cross-entropy"]
-ladder["our model (Step 3)"] = (
-    mlexp.bits_per_char(reference, tok, val_text, BLOCK, stride=16)
-    * math.log(2)
-)
-print(f"{'':28s}   nats    bits  perplexity")
-for name, nats in ladder.items():
-    print(
-        f"{name:28s} {nats:6.3f}  {nats / math.log(2):6.3f}  "
-        f"{math.exp(nats):10.2f}"
-    )
-''')
-
-md("""
-### Step 4: is the model as sure as it is right?
-
-DRAFT: calibration on the validation windows the loss is measured on: expected calibration
-error over 15 bins, the reliability diagram, Brier score, accuracy, the mean top probability,
-and a temperature fitted on half of the windows and scored on the other half.
-""")
-
-code('''
+code("scores", '''
 from mlexp.calibration import calibration, fit_temperature, held_out_logits
 from mlexp.training.train import evaluation_starts
 
+# the validation windows train_lm scores, read once more for calibration
 starts = evaluation_starts(train_ids, val_ids, BLOCK, 16 * 32)["val"]
-calibrated = {}
-for name in ["cross-entropy", "label smoothing 0.1", "squared error"]:
-    logits, targets = held_out_logits(models[name], starts, val_ids, BLOCK)
-    half = len(logits) // 2  # fit the temperature on one half, score the other
+scores = {}
+for name, model in models.items():
+    logits, targets = held_out_logits(model, starts, val_ids, BLOCK)
+    half = len(logits) // 2  # fit a temperature on one half, score the other
     t = fit_temperature(logits[:half], targets[:half])
     before = calibration(logits[half:], targets[half:])
     after = calibration(logits[half:], targets[half:], temperature=t)
-    p_true = logits.softmax(-1).gather(-1, targets[..., None])
-    calibrated[name] = dict(
-        ece=before.ece,
-        ece_scaled=after.ece,
-        temperature=t,
-        brier=before.brier,
+    p_right = logits.softmax(-1).gather(-1, targets[..., None])
+    scores[name] = dict(
+        loss=histories[name]["val"][-1],
         accuracy=before.accuracy,
         confidence=before.confidence,
-        rare=float((p_true < 1e-3).float().mean()),
+        ece=before.ece,
+        temperature=t,
+        ece_at_t=after.ece,
+        brier=before.brier,
+        rare=(p_right < 1e-3).float().mean().item(),
         bins=before.bins,
+        same_guess=after.accuracy == before.accuracy,
+        smoothed=LabelSmoothing(0.1)(logits, targets).item(),
     )
-print(f"{'':20s}   ECE  ECE at T    T  Brier  accuracy  top p  p<1e-3")
-for name, c in calibrated.items():
-    print(
-        f"{name:20s} {c['ece']:.3f}  {c['ece_scaled']:.3f}  "
-        f"{c['temperature']:5.2f}  {c['brier']:.3f}  {c['accuracy']:8.3f}"
-        f"  {c['confidence']:.3f}  {c['rare']:.4f}"
-    )
-''')
-
-code('''
-fig, ax = plt.subplots(figsize=(4.5, 4.5))
-ax.plot([0, 1], [0, 1], color=mlexp.PALETTE["grey"], lw=1, ls="--")
-for name, c in calibrated.items():
-    conf = [b[2] for b in c["bins"]]
-    acc = [b[3] for b in c["bins"]]
-    ax.plot(conf, acc, marker="o", label=name)
-ax.set(
-    xlabel="confidence (top probability)",
-    ylabel="accuracy",
-    title="Reliability on validation",
+print(
+    f"{'':20s} val loss  accuracy  top p    ECE      T  ECE at T  Brier"
+    "  p<0.001"
 )
-ax.legend();
-''', tags=["hide-input"])
+for name, s in scores.items():
+    print(
+        f"{name:20s} {s['loss']:8.3f}  {s['accuracy']:8.3f}  "
+        f"{s['confidence']:.3f}  {s['ece']:.3f}  {s['temperature']:5.2f}  "
+        f"{s['ece_at_t']:8.3f}  {s['brier']:.3f}  {s['rare']:7.4f}"
+    )
+''', tags=["nbval-check-output"])
+code("reliability-figure", '''
+mlexp.glue("fig_reliability", loss_figures.reliability(
+    {n: scores[n]["bins"] for n in ["cross-entropy", "label smoothing 0.1", "squared error"]}
+))
+''', tags=["remove-cell"])
 
-md("""
-### Step 5: what holds log Z down
+md("multitoken")
+code("multitoken", '''
+from mlexp.training.train import windows
 
-DRAFT: the softmax ignores a shift of every logit, so nothing in cross-entropy fixes log Z;
-z-loss pins it, a soft cap bounds the logits. Traces of mean log Z and the largest logit at
-3e-3 (from Step 3) and at 1e-2, with and without z-loss; outcomes classed as in Chapter 6.
-""")
+# the t+2 head's loss on the same validation windows: the multi-token
+# model records it as aux_loss on every forward pass
+mt = models["multi-token"].eval()
+with torch.no_grad():
+    mt(windows(val_ids, starts, BLOCK)[0])
+far = mt.aux_loss.item()
+print(f"parameters: {sizes['cross-entropy']:,} and {sizes['multi-token']:,}")
+print(f"multi-token, next character (t+1): {scores['multi-token']['loss']:.3f}")
+print(f"multi-token, the one after (t+2):  {far:.3f}")
+''', tags=["nbval-check-output"])
 
-code('''
+md("step4")
+code("high-lr", '''
 from mlexp.normalization import classify_run
 
-HIGH_LR = 1e-2
-high = {f"z-loss {c:g}, lr {HIGH_LR:g}": ZLoss(c) for c in (0.0, 1e-4)}
+HIGH_LR = 3e-2
+high = {f"lr {HIGH_LR:g}": CrossEntropy(), f"lr {HIGH_LR:g}, z-loss 1e-4": ZLoss(1e-4)}
 high_models = {name: build("cross-entropy") for name in high}
 high_histories = mlexp.train_side_by_side(
     high_models,
@@ -281,72 +329,103 @@ high_histories = mlexp.train_side_by_side(
     lr=HIGH_LR,
     log=False,
 )
-unigram = ladder["unigram"]
-for name, h in high_histories.items():
-    print(f"{name:20s} {classify_run(h['val'], unigram):9s} {h['val'][-1]:.3f}")
-''')
+traces = {
+    "lr 0.003": histories["cross-entropy"],
+    "lr 0.003, z-loss 1e-4": histories["z-loss 1e-4"],
+    **high_histories,
+}
+print(f"{'':22s} outcome   val loss  mean log Z  largest logit (last step)")
+for name, h in traces.items():
+    last = h["measures"][-1]
+    outcome = classify_run(h["val"], ladder["unigram"])
+    print(
+        f"{name:22s} {outcome:9s} {h['val'][-1]:8.3f}  {last['log_z']:10.2f}"
+        f"  {last['max_logit']:13.2f}"
+    )
+''', tags=["nbval-check-output"])
+code("trace-figure", 'mlexp.glue("fig_log_z", loss_figures.log_z_traces(traces))',
+     tags=["remove-cell"])
 
-code('''
-fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
-for name, h in {**histories, **high_histories}.items():
-    if "z-loss" not in name and name != "cross-entropy":
-        continue
-    steps = [m["step"] for m in h["measures"]]
-    left.plot(steps, [m["log_z"] for m in h["measures"]], label=name)
-    right.plot(steps, [m["max_logit"] for m in h["measures"]], label=name)
-left.set(xlabel="training step", ylabel="mean log Z")
-right.set(xlabel="training step", ylabel="largest logit")
-left.legend(fontsize=8);
-''', tags=["hide-input"])
-
-code('''
+md("softcap")
+code("softcap", '''
 from mlexp.loss import soft_cap
 
-# Gemma 2's cap of 30, put on our trained model after the fact.
-logits, targets = held_out_logits(reference, starts, val_ids, BLOCK)
-plain = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-capped = F.cross_entropy(soft_cap(logits, 30.0).flatten(0, 1), targets.flatten())
-same_guess = bool((soft_cap(logits, 30.0).argmax(-1) == logits.argmax(-1)).all())
-print(f"largest logit {logits.max():.2f}; loss {plain:.4f} -> {capped:.4f} capped")
-print(f"every top guess unchanged: {same_guess}")
-''')
+CAP = 30.0  # Gemma 2's cap on its final logits
+logits, targets = held_out_logits(models["cross-entropy"], starts, val_ids, BLOCK)
+capped = soft_cap(logits, CAP)
+loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
+loss_capped = F.cross_entropy(capped.flatten(0, 1), targets.flatten()).item()
+print(f"largest logit {logits.max():.2f}, capped {capped.max():.2f}")
+print(f"validation loss {loss:.4f} -> {loss_capped:.4f} with the cap")
+print(f"every top guess unchanged: {bool((capped.argmax(-1) == logits.argmax(-1)).all())}")
+''', tags=["nbval-check-output"])
 
-md("""
-## Why it worked: a post-mortem
-
-DRAFT.
-
-## Across three seeds
-""")
-
-code('''
-# DRAFT: the seed table and the claims the brief lists (orderings of the
-# ladder, t+2 above next-token loss, and any objective's order only if every
-# seed shows it).
-rows = {f"validation loss, {name}": f"val_{i}" for i, name in enumerate(OBJECTIVES)}
-current = {
-    f"val_{i}": histories[name]["val"][-1] for i, name in enumerate(OBJECTIVES)
-}
-rows |= {"5-gram": "ladder_5gram", "our model, whole text": "ladder_model"}
-current |= {
-    "ladder_5gram": ladder["5-gram"],
-    "ladder_model": ladder["our model (Step 3)"],
-}
-claims = {
-    "the counting ladder falls from uniform to bigram": lambda v: True,
-}
-seeds = mlexp.seed_section(
-    "book/part2/chapter08.ipynb", rows, current, claims
+md("ladder-model")
+code("ladder-model", '''
+# The model on the ladder: its loss on the whole validation text, every
+# character read with a context as in training (windows that slide by 16).
+ladder["our model (Step 3)"] = (
+    mlexp.bits_per_char(
+        models["cross-entropy"], tok, val_text, BLOCK, batch_size=128, stride=16
+    )
+    * nats
 )
+print(f"{'':28s}   nats    bits  perplexity")
+for name, loss in ladder.items():
+    print(
+        f"{name:28s} {loss:6.3f}  {loss / nats:6.3f}  {math.exp(loss):10.2f}"
+    )
+''', tags=["nbval-check-output"])
+code("ladder-figure", 'mlexp.glue("fig_ladder", loss_figures.ladder_bars(ladder, "our model (Step 3)"))',
+     tags=["remove-cell"])
+
+md("postmortem")
+md("seeds")
+code("seed-table", '''
+from mlexp.normalization import OUTCOMES
+
+KEY = {"cross-entropy": "ce", "label smoothing 0.1": "ls", "squared error": "se",
+       "z-loss 1e-4": "z", "multi-token": "mt"}
+LADDER = {"uniform": "uniform", "unigram": "unigram", "bigram": "bigram",
+          "trigram": "trigram", "5-gram": "5gram", "gzip": "gzip", "bz2": "bz2",
+          "xz": "xz", "xz, after the training text": "xz_given",
+          "our model (Step 3)": "model"}
+HIGH = dict(zip(traces, ["ce", "z", "ce_high", "z_high"]))
+values = {f"ladder_{k}": ladder[n] for n, k in LADDER.items()}
+for name, k in KEY.items():
+    values |= {f"{m}_{k}": scores[name][m] for m in
+               ["loss", "accuracy", "confidence", "ece", "temperature", "ece_at_t", "brier", "rare"]}
+for name, k in HIGH.items():
+    last = traces[name]["measures"][-1]
+    values |= {f"val_{k}": traces[name]["val"][-1], f"log_z_{k}": last["log_z"],
+               f"log_z0_{k}": traces[name]["measures"][0]["log_z"],
+               f"outcome_{k}": float(OUTCOMES.index(classify_run(traces[name]["val"], ladder["unigram"]))),
+               f"max_logit_{k}": last["max_logit"]}
+values |= {f"check_{i}": float(e) for i, e in enumerate(checks.values())}
+values |= dict(far_mt=far, floor=float(floor), loss_capped=loss_capped, loss_plain=loss,
+               params_ce=sizes["cross-entropy"], params_mt=sizes["multi-token"],
+               max_logit=logits.max().item(), smoothed_ls=scores["label smoothing 0.1"]["smoothed"], push_ce=pushes["cross-entropy"][0],
+               push_se=pushes["squared error"][0], train_ls=histories["label smoothing 0.1"]["train"][-1],
+               same_guess_t=float(all(s["same_guess"] for s in scores.values())),
+               same_guess_cap=float((capped.argmax(-1) == logits.argmax(-1)).all()))
+for k, v in values.items():
+    mlexp.glue(k, v)
+''', tags=["remove-cell"])
+code("claims", '''
+claims = {}  # filled from the three seeds' runs
+seeds = mlexp.seed_section("book/part2/chapter08.ipynb", {k: k for k in values}, values, claims)
 if seeds is not None:
     mlexp.glue_md("seed_table", seeds.markdown)
 ''', tags=["remove-cell"])
-
-code('mlexp.glue("hands_on_minutes", (time.perf_counter() - chapter_start) / 60)',
+md("recap")
+code("hands-on", 'mlexp.glue("hands_on_minutes", (time.perf_counter() - chapter_start) / 60)',
      tags=["remove-cell"])
+assert not parts, f"prose parts never placed: {sorted(parts)}"
 
 nb = new_notebook(cells=cells)
 nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-out = pathlib.Path(__file__).with_name("chapter08.ipynb")
+nb.metadata["language_info"] = {"name": "python"}
+out = HERE.parent / "book" / "part2" / "chapter08.ipynb"
+out.parent.mkdir(exist_ok=True)
 nbformat.write(nb, out)
 print(f"wrote {out}")
