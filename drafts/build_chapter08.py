@@ -102,7 +102,95 @@ ladder["xz, after the training text"] = (
 ''', tags=["nbval-check-output"])
 
 md("step2")
+code("objectives", '''
+import torch.nn as nn
+from torch import Tensor
+
+
+class CrossEntropy(nn.Module):
+    """The mean of ``-log p(next token)`` over every position: the loss of
+    every Part I run."""
+
+    def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
+        # (B, T, vocab) -> (B * T, vocab): every position counts once
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+class LabelSmoothing(nn.Module):
+    """Cross-entropy against a target that keeps ``1 - eps`` on the next
+    token and spreads ``eps`` evenly over the whole vocabulary (Szegedy et
+    al., 2016), so the model is never asked for certainty."""
+
+    def __init__(self, eps: float = 0.1):
+        super().__init__()
+        if not 0.0 <= eps < 1.0:
+            raise ValueError(
+                f"eps={eps}: label smoothing takes a share in [0, 1) "
+                "(0 is plain cross-entropy; 0.1 is the usual choice)"
+            )
+        self.eps = eps
+
+    def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(
+            logits.flatten(0, 1),
+            targets.flatten(),
+            label_smoothing=self.eps,
+        )
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"
+
+
+class SquaredError(nn.Module):
+    """The squared distance between the predicted distribution and the
+    one-hot target, summed over the vocabulary and averaged over positions
+    (the Brier score of every prediction).
+
+    Its gradient with respect to a logit is ``J^T 2(p - y)``, where ``J``
+    is the softmax's Jacobian: every term carries a factor ``p``, so a
+    confident wrong prediction (``p_y`` near 0) barely pushes back, where
+    cross-entropy's ``p - y`` pushes hardest.
+    """
+
+    def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
+        # (B, T, vocab) -> (B * T, vocab)
+        p = logits.flatten(0, 1).softmax(-1)
+        y = F.one_hot(targets.flatten(), p.shape[-1]).to(p.dtype)
+        return (p - y).pow(2).sum(-1).mean()
+
+
+class ZLoss(nn.Module):
+    """Cross-entropy plus ``coef * mean(log Z ** 2)``, where ``log Z`` is
+    the logsumexp of a position's logits.
+
+    The softmax ignores a constant added to every logit, so nothing in
+    cross-entropy holds ``log Z`` anywhere; the extra term pulls it toward
+    0, where the logits are themselves log-probabilities. Mesh TensorFlow
+    introduced it (Shazeer, 2018, with 1e-4 as its example); PaLM trained
+    with 1e-4 for stability.
+    """
+
+    def __init__(self, coef: float = 1e-4):
+        super().__init__()
+        if not coef >= 0:
+            raise ValueError(
+                f"coef={coef}: the z-loss coefficient must be 0 or more "
+                "(1e-4 is PaLM's; 0 is plain cross-entropy)"
+            )
+        self.coef = coef
+
+    def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
+        flat = logits.flatten(0, 1)  # (B * T, vocab)
+        log_z = flat.logsumexp(-1)
+        ce = F.cross_entropy(flat, targets.flatten())
+        return ce + self.coef * log_z.pow(2).mean()
+
+    def extra_repr(self) -> str:
+        return f"coef={self.coef}"
+''')
+md("push")
 code("push", '''
+# the same classes from the library, which training workers can load
 from mlexp.loss import CrossEntropy, SquaredError
 
 VOCAB = tok.vocab_size  # 65 characters
@@ -128,7 +216,10 @@ for i, p in enumerate(p_right):
     ce, se = pushes["cross-entropy"][i], pushes["squared error"][i]
     print(f"{p:9.3f}  {ce:13.4f}  {se:13.5f}")
 ''', tags=["nbval-check-output"])
-code("push-figure", 'mlexp.glue("fig_push", loss_figures.gradient_push(p_right, pushes))',
+code("push-figure", '''
+mlexp.glue("fig_push", loss_figures.gradient_push(p_right, pushes))
+mlexp.glue("push_ratio", pushes["cross-entropy"][0] / pushes["squared error"][0])
+''',
      tags=["remove-cell"])
 
 md("identities")
@@ -412,8 +503,37 @@ for k, v in values.items():
     mlexp.glue(k, v)
 ''', tags=["remove-cell"])
 code("claims", '''
-claims = {}  # filled from the three seeds' runs
-seeds = mlexp.seed_section("book/part2/chapter08.ipynb", {k: k for k in values}, values, claims)
+# The seed table's rows, and the claims the prose makes, checked in every
+# seed (a contradicted claim fails the build).
+ROWS = {f"validation loss: {name}": f"loss_{k}" for name, k in KEY.items()}
+ROWS |= {"multi-token, t+2 head's loss": "far_mt"}
+ROWS |= {f"{m}: {name}": f"{key}_{k}" for m, key in [("ECE", "ece"), ("ECE at T", "ece_at_t"),
+         ("temperature T", "temperature"), ("accuracy", "accuracy"), ("top probability", "confidence"),
+         ("Brier", "brier"), ("share p < 0.001", "rare")] for name, k in list(KEY.items())[:3]}
+ROWS |= {f"ladder: {n}": f"ladder_{k}" for n, k in LADDER.items() if n != "uniform"}
+ROWS |= {f"{q} at the end: {n}": f"{key}_{k}" for q, key in [("mean log Z", "log_z"),
+         ("largest logit", "max_logit"), ("outcome", "outcome")] for n, k in HIGH.items()}
+ROWS |= {f"identity off by: {name}": f"check_{i}" for i, name in enumerate(checks)}
+ROWS |= {"label smoothing's loss on validation": "smoothed_ls", "its floor": "floor",
+         "parameters: 4 blocks": "params_ce", "parameters: multi-token": "params_mt",
+         "top guesses kept: temperature": "same_guess_t", "top guesses kept: cap 30": "same_guess_cap",
+         "validation loss, capped at 30": "loss_capped", "validation loss, uncapped": "loss_plain"}
+DIFFERENCES = {f"{name} minus cross-entropy": (f"loss_{k}", "loss_ce") for name, k in list(KEY.items())[1:]}
+DIFFERENCES |= {"ECE: label smoothing minus cross-entropy": ("ece_ls", "ece_ce"),
+                "our model minus the 5-gram": ("ladder_model", "ladder_5gram"),
+                "t+2 minus t+1, multi-token": ("far_mt", "loss_mt")}
+exact = [f"check_{i}" for i in range(len(checks))]
+claims = {
+    "every identity holds to 1e-12": lambda v: all(v[k] < 1e-12 for k in exact),
+    "label smoothing's loss stays above its floor": lambda v: v["smoothed_ls"] > v["floor"],
+    "the multi-token model has as many parameters": lambda v: v["params_mt"] == v["params_ce"],
+    "temperature and a cap keep every top guess": lambda v: v["same_guess_t"] == v["same_guess_cap"] == 1,
+    "uniform > unigram > bigram > our model": lambda v: v["ladder_unigram"] < math.log(65)
+    and v["ladder_bigram"] < v["ladder_unigram"] and v["ladder_model"] < v["ladder_bigram"],
+    "the t+2 head's loss is above the next character's": lambda v: v["far_mt"] > v["loss_mt"],
+}
+seeds = mlexp.seed_section("book/part2/chapter08.ipynb", ROWS, values, claims,
+                           differences=DIFFERENCES, coded={f"outcome_{k}": OUTCOMES for k in HIGH.values()})
 if seeds is not None:
     mlexp.glue_md("seed_table", seeds.markdown)
 ''', tags=["remove-cell"])
