@@ -79,9 +79,10 @@ class ZLoss(nn.Module):
 
     The softmax ignores a constant added to every logit, so nothing in
     cross-entropy holds ``log Z`` anywhere; the extra term pulls it toward
-    0, where the logits are themselves log-probabilities. Mesh TensorFlow
-    introduced it (Shazeer, 2018, with 1e-4 as its example); PaLM trained
-    with 1e-4 for stability.
+    0, where the logits are themselves log-probabilities. Devlin et al.
+    (2014) used such a penalty to skip normalizing at test time; Mesh
+    TensorFlow named it z-loss (Shazeer, 2018, with 1e-4 as its example), and
+    PaLM trained with 1e-4 for stability.
     """
 
     def __init__(self, coef: float = 1e-4):
