@@ -467,9 +467,9 @@ ladder["our model (Step 3)"] = (
     * nats
 )
 print(f"{'':28s}   nats    bits  perplexity")
-for name, loss in ladder.items():
+for name, value in ladder.items():
     print(
-        f"{name:28s} {loss:6.3f}  {loss / nats:6.3f}  {math.exp(loss):10.2f}"
+        f"{name:28s} {value:6.3f}  {value / nats:6.3f}  {math.exp(value):10.2f}"
     )
 ''')
 code("ladder-figure", 'mlexp.glue("fig_ladder", loss_figures.ladder_bars(ladder, "our model (Step 3)"))',
@@ -499,7 +499,7 @@ for name, k in HIGH.items():
                f"outcome_{k}": float(OUTCOMES.index(classify_run(traces[name]["val"], ladder["unigram"]))),
                f"max_logit_{k}": last["max_logit"]}
 values |= {f"check_{i}": float(e) for i, e in enumerate(checks.values())}
-values |= dict(far_mt=far, floor=float(floor), loss_capped=loss_capped, loss_plain=loss,
+values |= dict(far_mt=far, floor=float(floor), loss_capped=loss_capped, cap_change=loss - loss_capped,
                params_ce=sizes["cross-entropy"], params_mt=sizes["multi-token"],
                max_logit=logits.max().item(), smoothed_ls=scores["label smoothing 0.1"]["smoothed"], push_ce=pushes["cross-entropy"][0],
                push_se=pushes["squared error"][0], train_ls=histories["label smoothing 0.1"]["train"][-1],
@@ -517,15 +517,17 @@ ROWS |= {f"{m}: {name}": f"{key}_{k}" for m, key in [("ECE", "ece"), ("ECE at T"
          ("temperature T", "temperature"), ("accuracy", "accuracy"), ("top probability", "confidence"),
          ("Brier", "brier"), ("share p < 0.001", "rare")] for name, k in list(KEY.items())[:3]}
 ROWS |= {f"ladder: {n}": f"ladder_{k}" for n, k in LADDER.items() if n != "uniform"}
+ROWS |= {"mean log Z at the start": "log_z0_ce"}
 ROWS |= {f"{q} at the end: {n}": f"{key}_{k}" for q, key in [("mean log Z", "log_z"),
          ("largest logit", "max_logit"), ("outcome", "outcome")] for n, k in HIGH.items()}
 ROWS |= {f"identity off by: {name}": f"check_{i}" for i, name in enumerate(checks)}
 ROWS |= {"label smoothing's loss on validation": "smoothed_ls", "its floor": "floor",
          "parameters: 4 blocks": "params_ce", "parameters: multi-token": "params_mt",
          "top guesses kept: temperature": "same_guess_t", "top guesses kept: cap 30": "same_guess_cap",
-         "validation loss, capped at 30": "loss_capped", "validation loss, uncapped": "loss_plain"}
+         "validation loss, capped at 30": "loss_capped"}
 DIFFERENCES = {f"{name} minus cross-entropy": (f"loss_{k}", "loss_ce") for name, k in list(KEY.items())[1:]}
 DIFFERENCES |= {"ECE: label smoothing minus cross-entropy": ("ece_ls", "ece_ce"),
+                "capped minus uncapped": ("loss_capped", "loss_ce"),
                 "our model minus the 5-gram": ("ladder_model", "ladder_5gram"),
                 "t+2 minus t+1, multi-token": ("far_mt", "loss_mt")}
 
@@ -546,6 +548,21 @@ claims = {
     "uniform > unigram > bigram > our model": lambda v: v["ladder_unigram"] < math.log(65)
     and v["ladder_bigram"] < v["ladder_unigram"] and v["ladder_model"] < v["ladder_bigram"],
     "the t+2 head's loss is above the next character's": lambda v: v["far_mt"] > v["loss_mt"],
+    "our model ends below the 5-gram and every compressor": lambda v: v["ladder_model"]
+    < min(v[f"ladder_{k}"] for k in ["5gram", "gzip", "bz2", "xz", "xz_given"]),
+    "label smoothing raises the validation loss": lambda v: v["loss_ls"] > v["loss_ce"],
+    "label smoothing raises the calibration error": lambda v: v["ece_ls"] > v["ece_ce"],
+    "label smoothing's temperature is below 1, cross-entropy's above": lambda v: v["temperature_ls"]
+    < 1 < v["temperature_ce"],
+    "a fitted temperature lowers cross-entropy's calibration error, not to label smoothing's":
+    lambda v: v["ece_at_t_ce"] < v["ece_ce"] and v["ece_at_t_ls"] > v["ece_at_t_ce"],
+    "squared error ends higher in loss and in Brier score": lambda v: v["loss_se"] > v["loss_ce"]
+    and v["brier_se"] > v["brier_ce"],
+    "squared error leaves more characters below 0.001": lambda v: v["rare_se"] > v["rare_ce"],
+    "log Z rises in training; z-loss holds it lower, far from 0": lambda v: v["log_z_ce"]
+    > v["log_z0_ce"] and v["log_z_z"] < v["log_z_ce"] and v["log_z_z_high"] < v["log_z_ce_high"]
+    and v["log_z_z"] > 5,
+    "at the higher rate both runs train": lambda v: v["outcome_ce_high"] == v["outcome_z_high"] == 0,
 }
 seeds = mlexp.seed_section("book/part2/chapter08.ipynb", ROWS, values, claims,
                            differences=DIFFERENCES, coded={f"outcome_{k}": OUTCOMES for k in HIGH.values()})
