@@ -81,8 +81,8 @@ class ZLoss(nn.Module):
     cross-entropy holds ``log Z`` anywhere; the extra term pulls it toward
     0, where the logits are themselves log-probabilities. Devlin et al.
     (2014) used such a penalty to skip normalizing at test time; Mesh
-    TensorFlow named it z-loss (Shazeer, 2018, with 1e-4 as its example), and
-    PaLM trained with 1e-4 for stability.
+    TensorFlow named it z-loss (Shazeer, 2018, with 1e-4 as its example),
+    and PaLM trained with 1e-4 for stability.
     """
 
     def __init__(self, coef: float = 1e-4):

@@ -21,8 +21,8 @@ COLOURS = ["blue", "orange", "green", "purple", "red", "grey"]
 
 
 def ladder_bars(ladder: Mapping[str, float], ours: str) -> plt.Figure:
-    """The baselines as horizontal bars in nats per character, best at the
-    bottom, with bits on a second axis; the model's bar ``ours`` stands out."""
+    """The baselines as horizontal bars in nats per character, read down
+    the ladder, with bits on a second axis; the bar ``ours`` stands out."""
     names = list(ladder)
     fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(names) + 1.2))
     colours = [
@@ -36,7 +36,8 @@ def ladder_bars(ladder: Mapping[str, float], ours: str) -> plt.Figure:
     ax.set(xlabel="nats per character (lower is better)")
     ax.set_xlim(0, max(ladder.values()) * 1.12)
     bits = ax.secondary_xaxis(
-        "top", functions=(lambda x: x / math.log(2), lambda b: b * math.log(2))
+        "top",
+        functions=(lambda x: x / math.log(2), lambda b: b * math.log(2)),
     )
     bits.set_xlabel("bits per character")
     fig.tight_layout()
