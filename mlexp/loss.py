@@ -146,7 +146,9 @@ class SoftCap(nn.Module):
 class LogitStats:
     """A per-step measurement for ``train_lm(measure=...)``: the largest
     logit in the batch and the mean log-normalizer ``log Z = logsumexp``
-    of the logits, the two numbers z-loss and soft-capping act on."""
+    of the logits, the two numbers z-loss and soft-capping act on, and
+    the mean logit, which tells a shift of every logit (the mean moves
+    with log Z) from a spread (log Z moves away from the mean)."""
 
     def before(self, step: int, model: nn.Module) -> None:
         pass
@@ -158,4 +160,5 @@ class LogitStats:
         return {
             "max_logit": float(logits.max()),
             "log_z": float(logits.logsumexp(-1).mean()),
+            "mean_logit": float(logits.mean()),
         }
