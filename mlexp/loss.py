@@ -79,9 +79,10 @@ class ZLoss(nn.Module):
 
     The softmax ignores a constant added to every logit, so nothing in
     cross-entropy holds ``log Z`` anywhere; the extra term pulls it toward
-    0, where the logits are themselves log-probabilities. Mesh TensorFlow
-    introduced it (Shazeer, 2018, with 1e-4 as its example); PaLM trained
-    with 1e-4 for stability.
+    0, where the logits are themselves log-probabilities. Devlin et al.
+    (2014) used such a penalty to skip normalizing at test time; Mesh
+    TensorFlow named it z-loss (Shazeer, 2018, with 1e-4 as its example),
+    and PaLM trained with 1e-4 for stability.
     """
 
     def __init__(self, coef: float = 1e-4):
@@ -145,7 +146,9 @@ class SoftCap(nn.Module):
 class LogitStats:
     """A per-step measurement for ``train_lm(measure=...)``: the largest
     logit in the batch and the mean log-normalizer ``log Z = logsumexp``
-    of the logits, the two numbers z-loss and soft-capping act on."""
+    of the logits, the two numbers z-loss and soft-capping act on, and
+    the mean logit, which tells a shift of every logit (the mean moves
+    with log Z) from a spread (log Z moves away from the mean)."""
 
     def before(self, step: int, model: nn.Module) -> None:
         pass
@@ -157,4 +160,5 @@ class LogitStats:
         return {
             "max_logit": float(logits.max()),
             "log_z": float(logits.logsumexp(-1).mean()),
+            "mean_logit": float(logits.mean()),
         }

@@ -244,3 +244,22 @@ def test_held_out_logits_score_what_train_lm_reports(corpus):
     assert logits.shape == (64, 16, tok.vocab_size)
     loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
     assert math.isclose(float(loss), history["val"][-1], rel_tol=1e-5)
+
+
+def test_logit_stats_tell_a_shift_of_every_logit_from_a_spread():
+    """LogitStats reads the mean log Z, the mean logit and the largest logit: adding a
+    constant to every logit moves all three by it, while spreading the logits moves log Z
+    away from the mean logit."""
+    from mlexp.loss import LogitStats
+
+    logits = torch.randn(2, 5, 65, generator=torch.Generator().manual_seed(0))
+    stats = LogitStats()
+    base = stats.after(0, None, logits, None)
+    assert base["log_z"] == pytest.approx(logits.logsumexp(-1).mean().item())
+    assert base["mean_logit"] == pytest.approx(logits.mean().item())
+    assert base["max_logit"] == pytest.approx(logits.max().item())
+    shifted = stats.after(0, None, logits + 3.0, None)
+    for key in base:
+        assert shifted[key] == pytest.approx(base[key] + 3.0, abs=1e-5)
+    spread = stats.after(0, None, 2 * logits, None)
+    assert spread["log_z"] - spread["mean_logit"] > base["log_z"] - base["mean_logit"]
