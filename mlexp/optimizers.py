@@ -53,7 +53,10 @@ def _by_shape(model: nn.Module, decay: float) -> list[dict]:
     gains), not."""
     params = [p for p in model.parameters() if p.requires_grad]
     return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": decay},
+        {
+            "params": [p for p in params if p.dim() >= 2],
+            "weight_decay": decay,
+        },
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
 
@@ -74,7 +77,8 @@ class SGD:
         _check_decay(weight_decay)
         if not 0 <= momentum < 1:
             raise ValueError(
-                f"momentum={momentum}: give a share in [0, 1) (0.9 is usual)"
+                f"momentum={momentum}: give a share in [0, 1) "
+                "(0.9 is usual)"
             )
         if nesterov and momentum == 0:
             raise ValueError("nesterov=True needs a momentum above 0")
@@ -122,9 +126,7 @@ class Adam:
         return f"Adam(lr={self.lr}, betas={self.betas}, l2={self.l2})"
 
 
-def newton_schulz(
-    g: Tensor, steps: int = 5, eps: float = 1e-7
-) -> Tensor:
+def newton_schulz(g: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
     """An approximately orthogonal matrix with ``g``'s singular vectors:
     ``U S' V^T`` for ``g = U S V^T``, each ``S'`` roughly 0.7 to 1.2 rather
     than exactly 1, by ``steps`` of Jordan et al.'s quintic Newton-Schulz
@@ -136,7 +138,9 @@ def newton_schulz(
         )
     a, b, c = NS_COEFFICIENTS
     wide = g.shape[0] <= g.shape[1]
-    x = g if wide else g.T  # (rows <= cols): the Gram matrix is the small one
+    x = (
+        g if wide else g.T
+    )  # (rows <= cols): the Gram matrix is the small one
     x = x / x.norm().clamp(min=eps)  # every singular value now at most 1
     for _ in range(steps):
         gram = x @ x.T  # (rows, rows)
@@ -229,7 +233,9 @@ class Muon(torch.optim.Optimizer):
         m_hat = state["m"] / (1 - b1**t)
         v_hat = state["v"] / (1 - b2**t)
         p.mul_(1 - group["lr"] * group["weight_decay"])
-        p.addcdiv_(m_hat, v_hat.sqrt().add_(group["eps"]), value=-group["lr"])
+        p.addcdiv_(
+            m_hat, v_hat.sqrt().add_(group["eps"]), value=-group["lr"]
+        )
 
 
 class MuonHybrid:
@@ -253,15 +259,23 @@ class MuonHybrid:
         self.weight_decay = weight_decay
 
     def __call__(self, model: nn.Module) -> torch.optim.Optimizer:
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        hidden = [p for n, p in named if n.startswith("blocks.") and p.dim() == 2]
+        named = [
+            (n, p) for n, p in model.named_parameters() if p.requires_grad
+        ]
+        hidden = [
+            p for n, p in named if n.startswith("blocks.") and p.dim() == 2
+        ]
         ids = {id(p) for p in hidden}
         rest = [p for _, p in named if id(p) not in ids]
         return Muon(
             [
                 {"params": hidden, "muon": True, "lr": self.lr},
-                {"params": rest, "muon": False, "lr": self.adam_lr,
-                 "weight_decay": 0.0},
+                {
+                    "params": rest,
+                    "muon": False,
+                    "lr": self.adam_lr,
+                    "weight_decay": 0.0,
+                },
             ],
             momentum=self.momentum,
             weight_decay=self.weight_decay,
@@ -333,7 +347,8 @@ class UpdateStats:
     def __init__(self, steps: tuple[int, ...] = (10, 50, 200)):
         if not steps or min(steps) < 0:
             raise ValueError(
-                f"steps={steps}: give the updates to measure, counted from 0"
+                f"steps={steps}: give the updates to measure, "
+                "counted from 0"
             )
         self.steps = set(steps)
         self._before: dict[str, Tensor] = {}
