@@ -19,8 +19,10 @@ SITE = pathlib.Path(os.environ.get("MLEXP_SITE", ROOT / "_build" / "html"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 CHAPTER = "part1/chapter01"
 # Every chapter notebook in the table of contents; tests that hold for any chapter run on each.
-CHAPTERS = [c["file"] for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
-            for c in part["chapters"] if (ROOT / "book" / f"{c['file']}.ipynb").is_file()]
+# Every page in the table of contents, in order (parts' introductions too), and its chapters.
+PAGES_IN_ORDER = [c["file"] for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
+                  for c in part["chapters"]]
+CHAPTERS = [name for name in PAGES_IN_ORDER if (ROOT / "book" / f"{name}.ipynb").is_file()]
 # The generated page of every claim the chapters check (book/_ext/evidence_summary.py).
 EVIDENCE_PAGE = "evidence-at-a-glance"
 NUMBER = re.compile(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+")
@@ -322,15 +324,13 @@ def test_chapter_one_links_its_lineage_rows_to_the_chapters_that_exist(chapter):
 def test_previous_and_next_navigation(pages, name):
     """Each chapter links the pages before and after it in the table of contents (a part's
     introduction counts: Chapter 7 leads to Part II's)."""
-    pages_in_order = [c["file"] for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
-                      for c in part["chapters"]]
-    i = pages_in_order.index(name)
+    i = PAGES_IN_ORDER.index(name)
     nav = pages[name].select_one(".prev-next-area")
     hrefs = [a["href"] for a in nav.select("a[href]")]
-    if i + 1 < len(pages_in_order):
-        assert any(h.endswith(pages_in_order[i + 1].split("/")[-1] + ".html") for h in hrefs), hrefs
+    if i + 1 < len(PAGES_IN_ORDER):
+        assert any(h.endswith(PAGES_IN_ORDER[i + 1].split("/")[-1] + ".html") for h in hrefs), hrefs
     if i > 0:
-        assert any(h.endswith(pages_in_order[i - 1].split("/")[-1] + ".html") for h in hrefs), hrefs
+        assert any(h.endswith(PAGES_IN_ORDER[i - 1].split("/")[-1] + ".html") for h in hrefs), hrefs
 
 
 def test_the_intro_lists_every_chapter(pages):
