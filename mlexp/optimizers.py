@@ -30,8 +30,8 @@ __all__ = [
     "state_bytes",
 ]
 
-# Jordan et al.'s quintic: steep at 0, so five steps lift every singular
-# value of a normalized matrix to roughly 0.7 to 1.2, not exactly to 1
+# Jordan et al.'s quintic: steep at 0, so five steps lift most singular
+# values of a normalized matrix to near 1, not exactly to 1
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 
@@ -128,10 +128,12 @@ class Adam:
 
 def newton_schulz(g: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
     """An approximately orthogonal matrix with ``g``'s singular vectors:
-    ``U S' V^T`` for ``g = U S V^T``, each ``S'`` roughly 0.7 to 1.2 rather
-    than exactly 1, by ``steps`` of Jordan et al.'s quintic Newton-Schulz
-    iteration, in ``g``'s own precision (float32 in this book, where
-    PyTorch's Muon works in bfloat16)."""
+    ``U S' V^T`` for ``g = U S V^T``, by ``steps`` of Jordan et al.'s
+    quintic Newton-Schulz iteration, in ``g``'s own precision (float32 in
+    this book, where PyTorch's Muon works in bfloat16). Each step applies
+    the same odd polynomial to every singular value, which lifts most of
+    them to somewhere near 1 (Jordan et al.'s code says 0.5 to 1.5), not
+    exactly to 1; a very small one can stay small."""
     if g.dim() != 2:
         raise ValueError(
             f"newton_schulz takes a matrix, got shape {tuple(g.shape)}"
@@ -240,10 +242,12 @@ class Muon(torch.optim.Optimizer):
 
 class MuonHybrid:
     """Muon for the blocks' weight matrices, AdamW for everything else (the
-    embedding, the output head, the norms' gains), as Jordan et al. train
-    it: Muon suits hidden matrices, whose inputs and outputs are both
-    spread-out vectors; an embedding row is a lookup, not a map. The decay
-    applies to the Muon matrices only."""
+    embedding, the output head, the norms' gains), the split Jordan et al.
+    recommend: Muon suits hidden matrices, whose inputs and outputs are
+    both spread-out vectors; an embedding row is a lookup, not a map.
+    Attention's query, key and value weights are one matrix here and are
+    orthogonalized whole (Jordan et al. found treating them apart a little
+    better). The decay applies to the Muon matrices only."""
 
     def __init__(
         self,

@@ -6,13 +6,28 @@
 - myst-nb's fold of a hidden code cell names its toggle "Toggle hidden content" while it shows
   "Show code cell source"; axe requires the visible text in the accessible name, so the
   summary keeps its visible text as its name.
+- myst-nb's ``coalesce_streams`` (``nb_merge_streams``) appends every later stream of a cell to
+  the first one in place and returns a new list; when a cell's outputs are rendered twice, the
+  second pass appends them again, and a cell that printed in several writes (a slow loop) shows
+  its lines twice. Merging copies makes it idempotent.
 - docutils marks bibliography entries with the deprecated ARIA role ``doc-biblioentry``
   inside a ``role="list"``, which screen readers (and axe) reject; they are list items.
 """
 
 from __future__ import annotations
 
+import copy
+
+from myst_nb.core import render as myst_render
 from sphinx.application import Sphinx
+
+_coalesce_in_place = myst_render.coalesce_streams
+
+
+def coalesce_copies(outputs: list) -> list:
+    """myst-nb's merge of a cell's stream outputs, on copies, so that merging twice is merging
+    once."""
+    return _coalesce_in_place(copy.deepcopy(outputs))
 
 
 def _unique_scripts(scripts: list) -> list:
@@ -38,5 +53,6 @@ def repair_page(app: Sphinx, pagename: str, templatename: str, context: dict, do
 
 
 def setup(app: Sphinx) -> dict:
+    myst_render.coalesce_streams = coalesce_copies
     app.connect("html-page-context", repair_page, priority=900)  # after every other handler
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

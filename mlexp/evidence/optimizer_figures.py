@@ -54,18 +54,14 @@ def valley_paths(
 
 
 def rate_sweep(
-    sweep: Mapping[str, Mapping[float, float]],
-    best: Mapping[str, float],
-    band: float,
+    sweep: Mapping[str, Mapping[float, float]], best: Mapping[str, float]
 ) -> plt.Figure:
     """Validation loss against the learning rate over each optimizer's
     best, one line per optimizer; a run whose loss is not finite is
-    drawn at the top edge. The grey band spans ``band`` nats above the
-    lowest loss."""
+    drawn at the top edge."""
     fig, ax = plt.subplots(figsize=(6.2, 3.6))
     finite = [v for r in sweep.values() for v in r.values() if v < 1e9]
     lowest, top = min(finite), min(max(finite), min(finite) + 1.5)
-    ax.axhspan(lowest, lowest + band, color=PALETTE["grey"], alpha=0.2)
     for (name, runs), colour in zip(sweep.items(), COLOURS):
         rates = sorted(runs)
         ratio = [r / best[name] for r in rates]
