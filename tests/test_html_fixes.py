@@ -16,8 +16,8 @@ def printed_in_three_writes():
     return [nbformat.v4.new_output("stream", name="stdout", text=f"row {i}\n") for i in range(3)]
 
 
-def test_myst_nbs_own_merge_repeats_the_lines_when_a_cell_is_rendered_twice():
-    """The upstream behaviour the fix exists for: the first pass grows the first output."""
+def test_myst_nbs_own_merge_grows_the_cells_first_output_so_a_second_merge_repeats_lines():
+    """The upstream behaviour the fix exists for."""
     outputs = printed_in_three_writes()
     utils.coalesce_streams(outputs)
     (merged,) = utils.coalesce_streams(outputs)

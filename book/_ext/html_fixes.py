@@ -7,9 +7,10 @@
   "Show code cell source"; axe requires the visible text in the accessible name, so the
   summary keeps its visible text as its name.
 - myst-nb's ``coalesce_streams`` (``nb_merge_streams``) appends every later stream of a cell to
-  the first one in place and returns a new list; when a cell's outputs are rendered twice, the
-  second pass appends them again, and a cell that printed in several writes (a slow loop) shows
-  its lines twice. Merging copies makes it idempotent.
+  the first one in place and returns a new list. The page is right, but the executed notebook
+  the site offers for download (``_build/jupyter_execute``) keeps the grown first stream beside
+  the others, so a cell that printed in several writes (a slow loop) shows its lines twice there,
+  and on any page rendered from that file. Merging copies leaves the notebook as it ran.
 - docutils marks bibliography entries with the deprecated ARIA role ``doc-biblioentry``
   inside a ``role="list"``, which screen readers (and axe) reject; they are list items.
 """
