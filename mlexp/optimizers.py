@@ -246,7 +246,7 @@ class MuonHybrid:
     recommend: Muon suits hidden matrices, whose inputs and outputs are
     both spread-out vectors; an embedding row is a lookup, not a map.
     Attention's query, key and value weights are one matrix here and are
-    orthogonalized whole (Jordan et al. found treating them apart a little
+    orthogonalized whole (Jordan et al. found treating them apart
     better). The decay applies to the Muon matrices only."""
 
     def __init__(
