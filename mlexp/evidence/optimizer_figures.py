@@ -33,14 +33,18 @@ def valley_paths(
         finite = points[torch.isfinite(points).all(-1)]
         low, high = finite.min(0).values, finite.max(0).values
         pad = 0.15 * (high - low).max()
-        x = torch.linspace(float(low[0] - pad), float(high[0] + pad), 200)
-        y = torch.linspace(float(low[1] - pad), float(high[1] + pad), 200)
+        x = torch.linspace(float(low[0] - pad), float(high[0] + pad), 120)
+        y = torch.linspace(float(low[1] - pad), float(high[1] + pad), 120)
         grid = torch.stack(torch.meshgrid(x, y, indexing="xy"), -1)
         z = loss(grid.double())
         # contours at the start's loss, halved again and again
         top = float(loss(next(iter(paths.values()))[0]))
         levels = [top * 2.0**-k for k in range(14, -1, -1)]
-        ax.contour(x, y, z, levels=levels, colors=PALETTE["grey"])
+        # drawn as an image inside the SVG: thousands of contour points
+        # would otherwise make the figure half a megabyte
+        ax.contour(
+            x, y, z, levels=levels, colors=PALETTE["grey"], rasterized=True
+        )
         for (name, path), colour in zip(paths.items(), COLOURS):
             ax.plot(
                 path[:, 0], path[:, 1], ".-", ms=2, lw=0.8,
