@@ -47,9 +47,12 @@ def valley_paths(
         )
         for (name, path), colour in zip(paths.items(), COLOURS):
             ax.plot(
-                path[:, 0], path[:, 1], ".-", ms=2, lw=0.8,
-                color=PALETTE[colour], label=name,
-            )  # fmt: skip
+                path[:, 0],
+                path[:, 1],
+                lw=0.9,
+                color=PALETTE[colour],
+                label=name,
+            )
         ax.plot(*paths[next(iter(paths))][0], "o", color=PALETTE["grey"])
         ax.set(title=title, xticks=[], yticks=[], aspect="equal")
     axes[0].legend(fontsize=7, loc="lower right")
