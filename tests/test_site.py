@@ -386,6 +386,21 @@ def test_a_citation_names_one_work(pages, name):
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
+def test_no_sentence_breaks_into_a_numbered_list(pages, name):
+    """A wrapped line of Markdown that starts with "1." opens a list in the middle of a sentence:
+    Chapter 9's "near 1 rather than at" ended its paragraph there and showed "1. AdamW's ..." as a
+    list of one item. A list follows a finished sentence or a colon."""
+    broken = []
+    for ol in pages[name].select_one("article").select("ol"):
+        before = ol.find_previous_sibling()
+        prose = before is not None and before.name == "p" and "admonition-title" not in before.get("class", [])
+        text = before.get_text(" ", strip=True) if prose else ""
+        if text and text[-1] not in ".:?!)":
+            broken.append(f"...{text[-50:]} / {ol.get_text(' ', strip=True)[:40]}...")
+    assert not broken, f"sentences on {name} broken by a numbered list: {broken}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
 def test_no_formula_is_left_as_dollar_signs(pages, name):
     """Every $...$ in the prose becomes a formula. Markdown glued from a cell is parsed as plain
     CommonMark unless the role asks for MyST ({glue:md}`key:myst`), so a "$T$" in a glued
