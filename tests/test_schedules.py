@@ -14,6 +14,7 @@ from torch.optim.lr_scheduler import (
     SequentialLR,
 )
 
+import mlexp
 from mlexp.schedules import (
     WSD,
     Constant,
@@ -26,6 +27,7 @@ from mlexp.schedules import (
     one_minus_sqrt,
 )
 from mlexp.training.recipe import WarmupCosine as PartOne
+from mlexp.transformer import TransformerLM
 
 PEAK, STEPS, WARMUP = 3e-3, 600, 40
 
@@ -177,9 +179,6 @@ def test_a_decay_longer_than_the_run_is_refused_when_the_run_is_known():
 def test_train_lm_branches_each_decay_from_a_constant_run(corpus):
     """The chapter's use: one constant run saves a checkpoint, and a WSD or step decay continues
     from it, accepted because their rates before it are the constant run's."""
-    import mlexp
-    from mlexp.transformer import TransformerLM
-
     tok, train_ids, val_ids = corpus
     run = dict(steps=20, block_size=16, eval_every=10, log=False, eval_batches=2, batch_size=8, device="cpu")
 
