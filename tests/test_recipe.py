@@ -172,6 +172,20 @@ def test_a_resumed_run_equals_the_uninterrupted_one(corpus):
     assert resumed["batch_loss"] == whole["batch_loss"][10:] and resumed["lr"] == whole["lr"][10:]
 
 
+@pytest.mark.xfail(strict=True, reason="train_lm loads a checkpoint's optimizer state without copying it, "
+                   "so training from it changes it; fixing train.py re-executes every chapter, so the fix "
+                   "waits for the next re-execution of all of them (Chapter 10 branches from copies meanwhile)")
+def test_training_from_a_checkpoint_leaves_it_as_it_was(corpus):
+    """Two branches from one checkpoint must start from the same state: the second gets the
+    same first update as the first."""
+    tok, train_ids, val_ids = corpus
+    trunk = mlexp.train_lm(build(tok.vocab_size), train_ids, val_ids, save_at=[10], **RUN)
+    checkpoint = trunk["checkpoints"][10]
+    first = mlexp.train_lm(build(tok.vocab_size), train_ids, val_ids, start=checkpoint, **RUN)
+    second = mlexp.train_lm(build(tok.vocab_size), train_ids, val_ids, start=checkpoint, **RUN)
+    assert second["batch_loss"] == first["batch_loss"] == trunk["batch_loss"][10:]
+
+
 def test_a_branch_may_change_the_schedule_after_the_checkpoint(corpus):
     """Chapter 10's branches: a decay from a constant run, started where the constant rate still held."""
     tok, train_ids, val_ids = corpus

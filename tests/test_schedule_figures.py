@@ -1,0 +1,42 @@
+"""Chapter 10's figure helpers (mlexp/evidence/schedule_figures.py): what a reader reads off them."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from mlexp.evidence import schedule_figures  # noqa: E402
+from mlexp.schedules import WSD, Constant, WarmupCosine  # noqa: E402
+
+
+def test_smooth_is_the_mean_of_the_last_values():
+    assert schedule_figures.smooth([1, 2, 3, 4, 5], width=2).tolist() == [1, 1.5, 2.5, 3.5, 4.5]
+
+
+def test_rates_draws_each_schedule_as_a_share_of_the_peak():
+    shown = {"constant": Constant(4), "cosine": WarmupCosine(4), "WSD": WSD(4)}
+    fig = schedule_figures.rates(shown, 50, 3e-3)
+    lines = {line.get_label(): line.get_ydata() for line in fig.axes[0].get_lines()}
+    assert list(lines) == list(shown)
+    for name, schedule in shown.items():
+        assert list(lines[name]) == pytest.approx([schedule(s, 50, 3e-3) / 3e-3 for s in range(50)])
+
+
+def test_budgets_marks_each_branch_and_each_separate_run_at_its_budget():
+    trunk = {"step": [0, 50, 100], "val": [4.0, 2.5, 2.3]}
+    fig = schedule_figures.budgets(trunk, {50: 2.4, 100: 2.1}, {50: 2.42, 100: 2.12})
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in fig.axes[0].get_lines()}
+    assert lines["constant rate"] == ([50, 100], [2.5, 2.3])  # the start, at the uniform guess, left out
+    assert lines["a 20% decay branched from it"] == ([50, 100], [2.4, 2.1])
+    assert lines["a separate cosine run"] == ([50, 100], [2.42, 2.12])
+
+
+def test_warmup_grid_has_a_panel_per_warmup_and_a_line_per_peak():
+    history = {"batch_loss": torch.linspace(4, 2, 120).tolist()}
+    grid = {(p, w): history for p in (3e-3, 1e-1) for w in (0, 40)}
+    fig = schedule_figures.warmup_grid(grid)
+    assert [ax.get_title() for ax in fig.axes] == ["no warm-up", "40 warm-up steps"]
+    assert [len(ax.get_lines()) for ax in fig.axes] == [2, 2]
+    assert len(fig.axes[0].get_lines()[0].get_ydata()) == 100  # the first 100 steps
