@@ -38,3 +38,60 @@ def test_training_curves_draw_both_losses_against_the_step():
     curves = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
     assert curves == {"train": history["train"], "validation": history["val"]}
     assert ax.get_xlabel() == "training step"
+
+
+# Chapter 2's figures (mlexp/evidence/tokenization_figures.py)
+from mlexp.evidence import tokenization_figures  # noqa: E402
+
+
+def test_bytes_per_char_draws_one_bar_per_language():
+    per_char = {"English": 1.0, "Greek": 1.8, "emoji": 3.6}
+    ax = tokenization_figures.bytes_per_char(per_char).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == list(per_char)
+    assert [bar.get_height() for bar in ax.patches] == list(per_char.values())
+    assert ax.get_ylabel() == "UTF-8 bytes per character"
+
+
+def test_compression_draws_each_tokenizer_against_the_vocabulary_size():
+    sizes = [256, 512, 1024, 2048]
+    curves = {"pre-split": [1.0, 1.9, 2.2, 2.5], "no pre-split": [1.0, 2.0, 2.4, 2.8]}
+    ax = tokenization_figures.compression(sizes, curves).axes[0]
+    drawn = {line.get_label(): line for line in ax.get_lines()}
+    assert set(drawn) == set(curves)
+    for name, values in curves.items():
+        assert list(drawn[name].get_xdata()) == sizes
+        assert list(drawn[name].get_ydata()) == values
+        colour = tokenization_figures.SPLIT_COLOURS[name]
+        assert mcolors.to_rgba(drawn[name].get_color()) == mcolors.to_rgba(PALETTE[colour])
+    assert ax.get_xscale() == "log"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["256", "1,024"]
+
+
+def test_race_bars_carry_each_run_and_the_curves_its_points():
+    bits = {"characters": 2.384, "BPE 512": 2.251, "BPE 2048": 2.211}
+    points = {run: ([1.0, 2.0], [b + 0.5, b]) for run, b in bits.items()}
+    left, right = tokenization_figures.race(bits, points).axes
+    labels = [t.get_text() for t in left.get_yticklabels()]
+    assert labels[::-1] == list(bits)  # the first run at the top
+    assert {n: bar.get_width() for n, bar in zip(labels, left.patches)} == bits
+    assert sorted(t.get_text() for t in left.texts) == ["2.211", "2.251", "2.384"]
+    curves = {line.get_label(): list(line.get_ydata()) for line in right.get_lines()}
+    assert curves == {run: ys for run, (_, ys) in points.items()}
+    assert right.get_xlabel() == "training text read (millions of characters)"
+
+
+def test_embedding_map_places_and_labels_every_character_by_kind():
+    import torch
+
+    chars = ["a", "B", " ", "\n"]
+    kinds = ["lower case", "upper case", "white space", "white space"]
+    xy = torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0], [3.0, 1.0]])
+    maps = {t: (xy, torch.tensor([0.5, 0.25, 0.25])) for t in ("embed", "head")}
+    fig = tokenization_figures.embedding_map(maps, chars, kinds)
+    for ax in fig.axes:
+        assert sorted(t.get_text() for t in ax.texts) == sorted(["a", "B", "␣", "⏎"])
+        placed = {t.get_text(): tuple(t.xy) for t in ax.texts}
+        assert placed["⏎"] == (3.0, 1.0)
+        assert ax.get_xlabel() == "1st principal direction (50% of variance)"
+    legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert legend == ["lower case", "upper case", "white space"]  # kinds present only
