@@ -1,14 +1,17 @@
 """The figure helpers a chapter calls instead of drawing in its own cell
-(mlexp/evidence/figures.py): what a reader reads off the figure."""
+(mlexp/evidence/figures.py, and Chapter 3's mlexp/evidence/position_figures.py): what a
+reader reads off the figure."""
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.colors as mcolors  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
-from mlexp.evidence import figures  # noqa: E402
+from mlexp.evidence import figures, position_figures  # noqa: E402
 from mlexp.evidence.style import PALETTE  # noqa: E402
 
 LOSSES = {"full model": 1.74, "no attention": 2.49, "no residual": 3.35}
@@ -95,3 +98,87 @@ def test_embedding_map_places_and_labels_every_character_by_kind():
         assert ax.get_xlabel() == "1st principal direction (50% of variance)"
     legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert legend == ["lower case", "upper case", "white space"]  # kinds present only
+
+# Chapter 3: five models' smoothed losses by position (runs of 8 over 32 positions), T = 16.
+T, LONG = 16, 32
+CENTRES = torch.arange(0, LONG, 8) + 3.5
+CURVES = {name: (torch.tensor([3.0, 2.0, 2.0 + i, 2.5 + i]), CENTRES)
+          for i, name in enumerate(position_figures.COLOURS)}
+REFERENCE = {name: 2.0 for name in CURVES}
+
+
+def colour_of(line) -> tuple:
+    return mcolors.to_rgba(line.get_color())
+
+
+def test_loss_by_position_draws_each_curve_in_its_colour_with_its_reference():
+    fig = position_figures.loss_by_position(CURVES, REFERENCE, T, LONG)
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert set(lines) == {"none", "sinusoidal", "learned, clamped (a workaround)", "RoPE", "ALiBi"}
+    for name, (y, x) in CURVES.items():
+        line = lines[name + (" (a workaround)" if "clamped" in name else "")]
+        assert list(line.get_ydata()) == y.tolist() and list(line.get_xdata()) == x.tolist()
+        assert colour_of(line) == mcolors.to_rgba(PALETTE[position_figures.COLOURS[name]])
+    assert lines["learned, clamped (a workaround)"].get_linestyle() == "--"
+    # one dotted reference per model, from T to the window's end, at its level
+    references = ax.collections
+    assert len(references) == len(CURVES)
+    for segments in (c.get_segments() for c in references):
+        (((x0, y0), (x1, y1)),) = segments
+        assert (x0, x1, y0, y1) == (T, LONG, 2.0, 2.0)
+    assert [t.get_text() for t in ax.texts] == [f"T = {T}"]
+    assert ax.get_ylabel() == "validation loss (nats)"
+    plt.close(fig)
+
+
+def test_the_second_tab_shows_the_absolute_schemes_and_none_only():
+    fig = position_figures.absolute_past_trained_length(CURVES, T)
+    (ax,) = fig.axes
+    labels = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["none", "sinusoidal", "learned, clamped"]
+    (vertical,) = [line for line in ax.get_lines() if line.get_label().startswith("_")]
+    assert set(vertical.get_xdata()) == {T}
+    plt.close(fig)
+
+
+def test_largest_angles_marks_the_pairs_past_their_trained_angles():
+    trained = torch.tensor([8.0, 2.0, 0.5])
+    reach = {"RoPE as trained": 4 * trained, "interpolation": trained.clone(),
+             "NTK-aware": torch.tensor([32.0, 4.0, 0.5])}
+    kept = {way: torch.tensor([True, r[1] <= 2.0, r[2] <= 0.5]) for way, r in reach.items()}
+    fig = position_figures.largest_angles(trained, reach, kept, trained >= 2 * torch.pi)
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["training: distances below T"].get_ydata()) == trained.tolist()
+    for way, r in reach.items():
+        assert list(lines[f"{way}: below 4T"].get_ydata()) == r.tolist()
+    dots = [list(line.get_xdata()) for line in ax.get_lines() if line.get_marker() == "o"]
+    assert dots == [[1, 2], [], [1]]  # pair 0 turned fully round in training: never past
+    assert ax.get_yscale() == "log"
+    plt.close(fig)
+
+
+def test_stretch_bars_pair_each_way_inside_and_past_the_trained_length():
+    stretch = {"RoPE as trained": (1.70, 2.55), "NTK-aware": (1.72, 2.08)}
+    fig = position_figures.stretch_bars(stretch)
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == list(stretch)
+    widths = [round(bar.get_width(), 2) for bar in ax.patches]
+    assert widths == [2.55, 2.08, 1.70, 1.72]  # past T first, then inside T
+    assert ax.yaxis_inverted()  # the first way at the top
+    plt.close(fig)
+
+
+def test_position_probe_draws_each_models_r2_and_the_guesses_past_t():
+    r2 = {"NoPE": [0.0, 0.5, 0.8], "NoPE, untrained": [0.0, 0.0, 0.1], "learned table": [1.0, 0.9, 0.9]}
+    guess, log_guess = torch.linspace(0, 40, LONG), torch.linspace(0, 60, LONG)
+    fig = position_figures.position_probe(r2, guess, log_guess, T)
+    left, right = fig.axes
+    assert {line.get_label(): list(line.get_ydata()) for line in left.get_lines()
+            if not line.get_label().startswith("_")} == r2
+    assert [t.get_text() for t in left.get_xticklabels()] == ["emb.", "1", "2"]
+    drawn = {line.get_label(): list(line.get_ydata()) for line in right.get_lines()}
+    assert drawn["of position"] == guess.tolist()
+    assert drawn["of log(position + 1)"] == log_guess.tolist()
+    plt.close(fig)
