@@ -16,7 +16,7 @@ from .style import PALETTE
 
 __all__ = ["rates", "river", "schedule_losses", "budgets", "warmup_grid"]
 
-COLOURS = ["grey", "blue", "green", "orange", "purple", "red"]
+COLOURS = ["grey", "blue", "green", "orange", "purple", "red", "ink"]
 
 
 def smooth(values: Sequence[float], width: int = 20) -> torch.Tensor:
@@ -65,18 +65,28 @@ def river(
 
 
 def schedule_losses(
-    histories: Mapping[str, Mapping], zoom: tuple[int, int]
+    histories: Mapping[str, Mapping], zoom: tuple[int, int], every: int = 4
 ) -> plt.Figure:
     """Left, each run's training loss (each batch's, smoothed) over the
     whole run; right, the last steps enlarged, with the validation loss as
-    dots."""
+    dots.
+
+    A run branched from another carries the shared steps' losses too, and
+    ``"from"``, the step it branched at: it is drawn from there on, so the
+    shared part is drawn once. Every ``every``-th step is drawn, which the
+    smoothing makes invisible and keeps the page light.
+    """
     fig, (whole, near) = plt.subplots(1, 2, figsize=(8.6, 3.4))
     first, last = zoom
     for (name, h), colour in zip(histories.items(), COLOURS):
         loss = smooth(h["batch_loss"])
-        whole.plot(loss, lw=1.1, color=PALETTE[colour], label=name)
-        steps = range(first, len(loss))
-        near.plot(steps, loss[first:], lw=1.3, color=PALETTE[colour])
+        steps = torch.arange(len(loss))
+        shown = steps[h.get("from", 0) :: every]
+        whole.plot(
+            shown, loss[shown], lw=1.1, color=PALETTE[colour], label=name
+        )
+        close = steps[max(first, h.get("from", 0)) :: every]
+        near.plot(close, loss[close], lw=1.3, color=PALETTE[colour])
         evals = [(s, v) for s, v in zip(h["step"], h["val"]) if s >= first]
         near.plot(*zip(*evals), "o", ms=3.5, color=PALETTE[colour])
     whole.axvspan(first, last, color=PALETTE["grey"], alpha=0.15)
