@@ -39,19 +39,29 @@ def test_warmup_grid_has_a_panel_per_warmup_and_a_line_per_peak():
     fig = schedule_figures.warmup_grid(grid)
     assert [ax.get_title() for ax in fig.axes] == ["no warm-up", "40 warm-up steps"]
     assert [len(ax.get_lines()) for ax in fig.axes] == [2, 2]
-    assert len(fig.axes[0].get_lines()[0].get_ydata()) == 100  # the first 100 steps
+    assert len(fig.axes[0].get_lines()[0].get_ydata()) == 60  # the first 60 steps, where spikes come
 
 
-def test_schedule_losses_draws_a_branch_from_where_it_branches_and_every_fourth_step():
+def test_schedule_losses_draws_a_branch_from_where_it_branches_and_every_eighth_step():
     trunk = {"batch_loss": torch.linspace(4, 2, 100).tolist(), "step": [0, 50, 100], "val": [4.0, 3.0, 2.0]}
     branch = dict(trunk, **{"from": 80})
     fig = schedule_figures.schedule_losses({"trunk": trunk, "branch": branch}, zoom=(60, 100))
     whole, near = fig.axes
     (trunk_line, branch_line) = whole.get_lines()
-    assert list(trunk_line.get_xdata()) == list(range(0, 100, 4))
-    assert list(branch_line.get_xdata()) == list(range(80, 100, 4))  # the shared steps drawn once
-    assert list(branch_line.get_ydata()) == pytest.approx(schedule_figures.smooth(trunk["batch_loss"])[80::4].tolist())
+    assert list(trunk_line.get_xdata()) == list(range(0, 100, 8))
+    assert list(branch_line.get_xdata()) == list(range(80, 100, 8))  # the shared steps drawn once
+    assert list(branch_line.get_ydata()) == pytest.approx(schedule_figures.smooth(trunk["batch_loss"])[80::8].tolist())
     near_lines = near.get_lines()
-    assert list(near_lines[0].get_xdata()) == list(range(60, 100, 4))
-    assert list(near_lines[2].get_xdata()) == list(range(80, 100, 4))
+    assert list(near_lines[0].get_xdata()) == list(range(60, 100, 8))
+    assert list(near_lines[2].get_xdata()) == list(range(80, 100, 8))
     assert list(near_lines[1].get_xdata()) == [100]  # validation dots inside the zoom only
+
+
+def test_river_draws_every_fourth_step_of_each_walk_and_the_floors():
+    walk = {"along": torch.linspace(1, 0.1, 40, dtype=torch.float64), "across": torch.full((40,), 0.5, dtype=torch.float64)}
+    fig = schedule_figures.river({"constant 1": walk, "decayed": walk}, {"constant 1": 0.5})
+    lines = fig.axes[0].get_lines()
+    walks = [line for line in lines if line.get_label() in ("constant 1", "decayed")]
+    assert [list(line.get_xdata()) for line in walks] == [list(range(0, 40, 4))] * 2
+    assert list(walks[0].get_ydata()) == pytest.approx((walk["along"] + walk["across"])[::4].tolist())
+    assert [line.get_ydata()[0] for line in lines if line.get_linestyle() == "--"] == [0.5]  # one floor

@@ -26,8 +26,9 @@ extension also has it read every chapter without a current cached run, which exe
 this checkout show another run than the cached one, which another clone made.
 
 **The execution record.** A cache lives on one machine; the record travels with the
-repository. ``_execution_record/<docname>.ipynb`` is each chapter's last executed run as the
-cache stores it (code cells with their outputs and glue) and ``_execution_record/<docname>.json``
+repository. ``_execution_record/<docname>.ipynb.gz`` is each chapter's last executed run as the
+cache stores it (code cells with their outputs and glue), gzip-compressed because its figures'
+SVG text shrinks about sixfold, and ``_execution_record/<docname>.json``
 what it read (the cache's hash of its code cells, the SHA-256 of each input as above), the
 device and arithmetic it ran with, and where and when it was made. At the start of a build,
 each chapter without a current cached run whose record matches its code cells, its inputs
@@ -48,6 +49,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import datetime
+import gzip
 import hashlib
 import json
 import os
@@ -265,10 +267,13 @@ def record_folder() -> pathlib.Path:
     return ROOT / RECORD_DIR
 
 
+NOTEBOOK_SUFFIX = ".ipynb.gz"  # a recorded run: the executed notebook, gzip-compressed
+
+
 def record_files(docname: str) -> tuple[pathlib.Path, pathlib.Path]:
     """A chapter's entry (the small JSON) and its executed notebook."""
     base = record_folder().joinpath(*docname.split("/"))
-    return base.with_suffix(".json"), base.with_suffix(".ipynb")
+    return base.with_suffix(".json"), base.with_name(base.name + NOTEBOOK_SUFFIX)
 
 
 def code_hash(nb: nbformat.NotebookNode) -> str:
@@ -399,7 +404,7 @@ def read_record(docname: str) -> tuple[dict, nbformat.NotebookNode] | None:
         for key in ("chapter", "code_hash", "inputs", "device", "made", "notebook_sha256"):
             if key not in entry:
                 raise ValueError(f"it has no {key!r}")
-        raw = nb_file.read_bytes()
+        raw = gzip.decompress(nb_file.read_bytes())  # the entry hashes the notebook itself
         if hashlib.sha256(raw).hexdigest() != entry["notebook_sha256"]:
             raise ValueError(f"{nb_file.name} is not the notebook the entry was written with")
         nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
@@ -551,7 +556,8 @@ def write_record(inputs: BuildInputs, device: dict[str, str]) -> list[str]:
         entry_file, nb_file = record_files(docname)
         try:
             # the notebook first: an entry never names a notebook that is not there
-            _write_atomic(nb_file, raw)
+            # mtime=0: the same run compresses to the same bytes
+            _write_atomic(nb_file, gzip.compress(raw, mtime=0))
             _write_atomic(entry_file, (json.dumps(new, indent=1, sort_keys=True) + "\n").encode("utf-8"))
         except OSError as error:
             logger.warning(f"{docname}{notebook.suffix}: its run could not be written to the execution "
@@ -565,7 +571,7 @@ def write_record(inputs: BuildInputs, device: dict[str, str]) -> list[str]:
         docname = entry_file.relative_to(folder).with_suffix("").as_posix()
         if not (ROOT / "book" / f"{docname}.ipynb").is_file():
             entry_file.unlink()
-            entry_file.with_suffix(".ipynb").unlink(missing_ok=True)
+            record_files(docname)[1].unlink(missing_ok=True)
             logger.info(f"{docname}: its entry leaves the execution record (the chapter is gone)")
     return written
 
@@ -642,8 +648,9 @@ def record_problems() -> list[str]:
         if gone:
             problems.append(f"{shown} records inputs that no longer exist ({', '.join(sorted(set(gone)))}); "
                             "build the book to rewrite it")
-    for nb_file in sorted(folder.rglob("*.ipynb")):
-        if not nb_file.with_suffix(".json").is_file():
+    for nb_file in sorted(folder.rglob("*" + NOTEBOOK_SUFFIX)):
+        docname = nb_file.relative_to(folder).as_posix().removesuffix(NOTEBOOK_SUFFIX)
+        if not record_files(docname)[0].is_file():
             problems.append(f"{nb_file.relative_to(ROOT).as_posix()} has no entry beside it; "
                             "delete it, or build the book to rewrite the entry")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))

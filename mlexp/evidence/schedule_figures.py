@@ -49,13 +49,18 @@ def rates(
 def river(
     walks: Mapping[str, Mapping[str, torch.Tensor]],
     floors: Mapping[str, float],
+    every: int = 4,
 ) -> plt.Figure:
     """Mean loss against the step for each toy walk, on a log axis, with
-    the noise floor each constant rate predicts as a dashed line."""
+    the noise floor each constant rate predicts as a dashed line; every
+    ``every``-th step is drawn (the walkers' mean is smooth)."""
     fig, ax = plt.subplots(figsize=(6.2, 3.2))
     for (name, walk), colour in zip(walks.items(), COLOURS[1:]):
         total = walk["along"] + walk["across"]
-        ax.plot(total, lw=1.5, color=PALETTE[colour], label=name)
+        steps = torch.arange(0, len(total), every)
+        ax.plot(
+            steps, total[steps], lw=1.5, color=PALETTE[colour], label=name
+        )
         if name in floors:
             ax.axhline(floors[name], ls="--", lw=0.9, color=PALETTE[colour])
     ax.set(xlabel="step", ylabel="mean loss", yscale="log")
@@ -65,7 +70,7 @@ def river(
 
 
 def schedule_losses(
-    histories: Mapping[str, Mapping], zoom: tuple[int, int], every: int = 4
+    histories: Mapping[str, Mapping], zoom: tuple[int, int], every: int = 8
 ) -> plt.Figure:
     """Left, each run's training loss (each batch's, smoothed) over the
     whole run; right, the last steps enlarged, with the validation loss as
@@ -137,9 +142,10 @@ def budgets(
 
 def warmup_grid(
     histories: Mapping[tuple[float, int], Mapping],
+    first: int = 60,
 ) -> plt.Figure:
-    """The first steps' training loss (each batch's) for every peak, one
-    panel without warm-up and one with it."""
+    """The ``first`` steps' training loss (each batch's) for every peak,
+    one panel without warm-up and one with it."""
     warmups = sorted({w for _, w in histories})
     peaks = sorted({p for p, _ in histories})
     fig, axes = plt.subplots(
@@ -147,7 +153,7 @@ def warmup_grid(
     )
     for ax, warmup in zip(axes, warmups):
         for peak, colour in zip(peaks, COLOURS[1:]):
-            loss = histories[peak, warmup]["batch_loss"][:100]
+            loss = histories[peak, warmup]["batch_loss"][:first]
             ax.plot(loss, lw=1.1, color=PALETTE[colour], label=f"{peak:g}")
         title = f"{warmup} warm-up steps" if warmup else "no warm-up"
         ax.set(title=title, xlabel="step")
