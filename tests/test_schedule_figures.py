@@ -44,8 +44,8 @@ def test_warmup_grid_has_a_panel_per_warmup_and_a_line_per_peak():
 
 def test_schedule_losses_draws_a_branch_from_where_it_branches_and_every_eighth_step():
     trunk = {"batch_loss": torch.linspace(4, 2, 100).tolist(), "step": [0, 50, 100], "val": [4.0, 3.0, 2.0]}
-    branch = dict(trunk, **{"from": 80})
-    fig = schedule_figures.schedule_losses({"trunk": trunk, "branch": branch}, zoom=(60, 100))
+    branch = {"batch_loss": trunk["batch_loss"][80:], "step": [80, 100], "val": [2.5, 2.0]}  # from step 80 on
+    fig = schedule_figures.schedule_losses({"trunk": trunk, "branch": branch}, zoom=(60, 100), trunk=trunk)
     whole, near = fig.axes
     (trunk_line, branch_line) = whole.get_lines()
     assert list(trunk_line.get_xdata()) == list(range(0, 100, 8))
@@ -55,6 +55,7 @@ def test_schedule_losses_draws_a_branch_from_where_it_branches_and_every_eighth_
     assert list(near_lines[0].get_xdata()) == list(range(60, 100, 8))
     assert list(near_lines[2].get_xdata()) == list(range(80, 100, 8))
     assert list(near_lines[1].get_xdata()) == [100]  # validation dots inside the zoom only
+    assert list(near_lines[3].get_xdata()) == [80, 100]
 
 
 def test_river_draws_every_fourth_step_of_each_walk_and_the_floors():

@@ -70,27 +70,35 @@ def river(
 
 
 def schedule_losses(
-    histories: Mapping[str, Mapping], zoom: tuple[int, int], every: int = 8
+    histories: Mapping[str, Mapping],
+    zoom: tuple[int, int],
+    trunk: Mapping | None = None,
+    every: int = 8,
 ) -> plt.Figure:
     """Left, each run's training loss (each batch's, smoothed) over the
     whole run; right, the last steps enlarged, with the validation loss as
     dots.
 
-    A run branched from another carries the shared steps' losses too, and
-    ``"from"``, the step it branched at: it is drawn from there on, so the
-    shared part is drawn once. Every ``every``-th step is drawn, which the
-    smoothing makes invisible and keeps the page light.
+    A run branched from ``trunk`` to the trunk's end has fewer batch losses
+    than the trunk: it is drawn from where it branched, its smoothing fed
+    by the trunk's losses before that, so the shared steps are drawn once.
+    Every ``every``-th step is drawn, which the smoothing makes invisible
+    and keeps the page light.
     """
     fig, (whole, near) = plt.subplots(1, 2, figsize=(8.6, 3.4))
     first, last = zoom
     for (name, h), colour in zip(histories.items(), COLOURS):
-        loss = smooth(h["batch_loss"])
+        losses, branched = list(h["batch_loss"]), 0
+        if trunk is not None and len(losses) < len(trunk["batch_loss"]):
+            branched = len(trunk["batch_loss"]) - len(losses)
+            losses = list(trunk["batch_loss"][:branched]) + losses
+        loss = smooth(losses)
         steps = torch.arange(len(loss))
-        shown = steps[h.get("from", 0) :: every]
+        shown = steps[branched::every]
         whole.plot(
             shown, loss[shown], lw=1.1, color=PALETTE[colour], label=name
         )
-        close = steps[max(first, h.get("from", 0)) :: every]
+        close = steps[max(first, branched) :: every]
         near.plot(close, loss[close], lw=1.3, color=PALETTE[colour])
         evals = [(s, v) for s, v in zip(h["step"], h["val"]) if s >= first]
         near.plot(*zip(*evals), "o", ms=3.5, color=PALETTE[colour])
