@@ -32,6 +32,7 @@ __all__ = [
     "ScaledAttention",
     "Readout",
     "Coordinates",
+    "Clipped",
     "parabola_minimum",
 ]
 
@@ -301,6 +302,34 @@ class Coordinates:
     def __repr__(self) -> str:
         steps = None if self.steps is None else sorted(self.steps)
         return f"Coordinates(steps={steps})"
+
+
+class Clipped:
+    """A ``train_lm`` measure: 1 at each step whose gradient clipping
+    shortened, 0 where it did not.
+
+    ``train_lm`` clips in place, so after the update a clipped gradient's
+    norm is the limit (less a millionth of it); an unclipped one is
+    shorter than that.
+    """
+
+    def __init__(self, clip: float = 1.0):
+        self.clip = clip
+
+    def before(self, step: int, model: nn.Module) -> None:
+        pass
+
+    def after(
+        self, step: int, model: nn.Module, logits: Tensor, loss: Tensor
+    ) -> dict[str, float]:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        norm = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g) for g in grads])
+        )
+        return {"clipped": float(norm.item() > self.clip * (1 - 1e-4))}
+
+    def __repr__(self) -> str:
+        return f"Clipped(clip={self.clip})"
 
 
 def parabola_minimum(rates: list[float], losses: list[float]) -> float:

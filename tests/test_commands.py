@@ -21,6 +21,10 @@ def test_the_readme_has_exactly_two_set_up_commands():
     assert build.endswith(BUILD) and test.endswith(TEST)
     for command in (build, test):
         assert command.startswith("pip install torch==2.13.0 && pip install -r requirements.txt && ")
+    # test-only references come without their dependencies (mup's would pull torchvision)
+    assert "pip install --no-deps -r requirements-test.txt && " in test
+    workflow = (ROOT / ".github" / "workflows" / "test.yml").read_text()
+    assert "pip install --no-deps -r requirements-test.txt" in workflow
 
 
 def test_ci_and_the_workflows_run_the_readme_commands():
