@@ -30,7 +30,9 @@ def signal(
     for (name, by_act), colour in zip(results.items(), COLOURS):
         r = by_act[activation]
         layers = range(1, len(r["activations"]) + 1)
-        fwd.plot(layers, r["activations"], color=PALETTE[colour], label=name)
+        fwd.plot(
+            layers, r["activations"], color=PALETTE[colour], label=name
+        )
         back.plot(layers, r["gradients"], color=PALETTE[colour])
     fwd.set(xlabel="layer", ylabel="root mean square", yscale="log")
     fwd.set_title(f"activations ({activation})", fontsize=9)
