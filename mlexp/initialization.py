@@ -92,7 +92,30 @@ class ScaledProjections(Normal):
         return f"ScaledProjections(std={self.std}, seed={self.seed})"
 
 
-class FanIn:
+class _EachLinear:
+    """What the initializations below share: every linear layer's weights
+    redrawn (by the subclass's ``draw``) from a generator seeded through
+    :mod:`mlexp.training.seeds`, and its biases set to zero."""
+
+    def __init__(self, gain: float = 1.0, seed: int = 0):
+        if not gain > 0:
+            raise ValueError(f"gain={gain}: give a positive gain")
+        self.gain, self.seed = gain, seed
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module) -> None:
+        generator = torch.Generator().manual_seed(shifted(self.seed))
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                self.draw(m.weight, generator)
+                if m.bias is not None:
+                    m.bias.zero_()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(gain={self.gain}, seed={self.seed})"
+
+
+class FanIn(_EachLinear):
     """Every linear layer's weights from N(0, gain^2 / fan-in), biases
     zero: LeCun's rule at ``gain=1``, He's for ReLU at ``gain=sqrt(2)``.
 
@@ -101,46 +124,19 @@ class FanIn:
     makes up for what the activation takes away (ReLU zeroes half).
     """
 
-    def __init__(self, gain: float = 1.0, seed: int = 0):
-        if not gain > 0:
-            raise ValueError(f"gain={gain}: give a positive gain")
-        self.gain, self.seed = gain, seed
-
-    @torch.no_grad()
-    def __call__(self, model: nn.Module) -> None:
-        generator = torch.Generator().manual_seed(shifted(self.seed))
-        for m in model.modules():
-            if isinstance(m, nn.Linear):
-                draw = torch.randn(m.weight.shape, generator=generator)
-                m.weight.copy_(draw * self.gain / math.sqrt(m.in_features))
-                if m.bias is not None:
-                    m.bias.zero_()
-
-    def __repr__(self) -> str:
-        return f"FanIn(gain={self.gain}, seed={self.seed})"
+    def draw(self, weight: Tensor, generator: torch.Generator) -> None:
+        fan_in = weight.shape[1]  # (out, in)
+        draw = torch.randn(weight.shape, generator=generator)
+        weight.copy_(draw * self.gain / math.sqrt(fan_in))
 
 
-class Orthogonal:
+class Orthogonal(_EachLinear):
     """Every linear layer's weights a random orthogonal matrix times
     ``gain``, biases zero (Saxe et al.): a square one keeps every input's
     length, not only the average."""
 
-    def __init__(self, gain: float = 1.0, seed: int = 0):
-        if not gain > 0:
-            raise ValueError(f"gain={gain}: give a positive gain")
-        self.gain, self.seed = gain, seed
-
-    @torch.no_grad()
-    def __call__(self, model: nn.Module) -> None:
-        generator = torch.Generator().manual_seed(shifted(self.seed))
-        for m in model.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.orthogonal_(m.weight, self.gain, generator)
-                if m.bias is not None:
-                    m.bias.zero_()
-
-    def __repr__(self) -> str:
-        return f"Orthogonal(gain={self.gain}, seed={self.seed})"
+    def draw(self, weight: Tensor, generator: torch.Generator) -> None:
+        nn.init.orthogonal_(weight, self.gain, generator)
 
 
 def tie_readout(model: nn.Module) -> nn.Module:
