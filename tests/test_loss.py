@@ -3,7 +3,11 @@ model, each against an outside reference where one exists (PyTorch's own
 loss, a formula written out, a brute-force count)."""
 
 import bz2
+import contextlib
+import io
+import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -22,6 +26,7 @@ from mlexp.loss import (
     soft_cap,
 )
 from mlexp.multitoken import MultiTokenLM
+from mlexp.training.seeds import SEED_OFFSET_ENV
 from mlexp.transformer import TransformerLM
 
 V = 7
@@ -263,3 +268,26 @@ def test_logit_stats_tell_a_shift_of_every_logit_from_a_spread():
         assert shifted[key] == pytest.approx(base[key] + 3.0, abs=1e-5)
     spread = stats.after(0, None, 2 * logits, None)
     assert spread["log_z"] - spread["mean_logit"] > base["log_z"] - base["mean_logit"]
+
+
+def chapter8_identity_checks(monkeypatch, offset: int) -> dict:
+    """Run Chapter 8's Step 2 cell, which checks the chapter's identities on random logits,
+    as the seed run with ``offset`` runs it; return the cell's names."""
+    notebook = pathlib.Path(__file__).resolve().parents[1] / "book/part2/chapter08.ipynb"
+    cells = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    (cell,) = [c for c in cells if "head_push" in c]
+    monkeypatch.setenv(SEED_OFFSET_ENV, str(offset))
+    names = {"mlexp": mlexp, "torch": torch, "F": F, "math": math, "VOCAB": 65}
+    names |= {"CrossEntropy": CrossEntropy, "SquaredError": SquaredError}  # from Step 1
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(cell, names)
+    return names
+
+
+def test_chapter8_checks_its_identities_on_new_logits_in_every_seed(monkeypatch):
+    """The seed table repeats Step 2's checks once per seed: each must draw its own logits,
+    or three rows of the table are one check (they were, while the generator was fixed)."""
+    first, second = (chapter8_identity_checks(monkeypatch, offset) for offset in (0, 1))
+    assert not torch.equal(first["z"], second["z"])
+    for names in (first, second):
+        assert all(error < 1e-12 for error in names["checks"].values())
