@@ -199,8 +199,8 @@ def _shapes(
 
 
 class MuAdamW(AdamW):
-    """Part I's AdamW for a model built by :meth:`MuP.build`: each hidden
-    matrix in a group of its own, at rate ``lr / m`` and weight decay
+    """Part I's AdamW for a model built by :meth:`MuP.build`: the hidden
+    matrices in groups by their m, each at rate ``lr / m`` and weight decay
     ``weight_decay * m``; everything else as Part I.
 
     Adam moves every weight by about the rate, whatever its gradient, so
